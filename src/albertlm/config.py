@@ -1,0 +1,302 @@
+"""AlbertConfig: the model's shape, with Hugging Face field names, plus the paper's sharing strategy.
+
+`config.json` is the contract with the Hugging Face ecosystem: every field below carries the name and
+default of transformers' `AlbertConfig` (the defaults describe albert-xxlarge), so a config written
+by `save_pretrained` maps 1:1. Our one extension is `sharing`, the cross-layer parameter sharing
+strategy of the paper's Table 4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from albertlm.errors import ConfigError
+
+SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
+ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
+
+# Keys that released TF-era configs carry and nothing reads; accepted and dropped.
+_TF_LEFTOVERS = ("down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks")
+# Keys transformers writes that say nothing about the model's shape.
+_HF_BOOKKEEPING = (
+    "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "output_hidden_states", "output_attentions", "return_dict", "use_cache", "layer_types",
+)
+
+
+@dataclass(frozen=True)
+class AlbertConfig:
+    """Shape and hyper-parameters of an ALBERT (or BERT-shaped) network."""
+
+    vocab_size: int = 30000
+    """V: rows of the word-embedding table."""
+    embedding_size: int = 128
+    """E: width of the factorized embedding (paper §3.1); E == H gives BERT's un-factorized layout."""
+    hidden_size: int = 4096
+    """H: width of the transformer layers."""
+    num_hidden_layers: int = 12
+    """L: number of layer applications (each runs `inner_group_num` inner layers)."""
+    num_hidden_groups: int = 1
+    """G: number of distinct layer groups; layer i uses group int(i / (L / G))."""
+    num_attention_heads: int = 64
+    """Attention heads; must divide hidden_size."""
+    intermediate_size: int = 16384
+    """FFN inner width (4H in the paper)."""
+    inner_group_num: int = 1
+    """Layers inside one group, run in order at every application of the group."""
+    hidden_act: str = "gelu_new"
+    """FFN and MLM-head activation; gelu_new is GELU in its tanh form, as the official code."""
+    hidden_dropout_prob: float = 0.0
+    """Dropout on embeddings and block outputs (0 in the final ALBERT models, paper §4.7)."""
+    attention_probs_dropout_prob: float = 0.0
+    """Dropout on attention probabilities."""
+    max_position_embeddings: int = 512
+    """Rows of the learned position table: the longest input."""
+    type_vocab_size: int = 2
+    """Segment (token type) ids: 0 for segment A, 1 for segment B."""
+    initializer_range: float = 0.02
+    """Std of the normal initialisation of weights."""
+    layer_norm_eps: float = 1e-12
+    """LayerNorm epsilon."""
+    classifier_dropout_prob: float = 0.1
+    """Dropout before fine-tuning classifiers."""
+    pad_token_id: int = 0
+    """<pad> id."""
+    bos_token_id: int = 2
+    """[CLS] id."""
+    eos_token_id: int = 3
+    """[SEP] id."""
+    tie_word_embeddings: bool = True
+    """The MLM decoder reuses the word-embedding table (always true for ALBERT)."""
+    sharing: str = "all"
+    """Cross-layer sharing (paper Table 4): all, attention, ffn or none."""
+    num_labels: int = 2
+    """Outputs of a fine-tuning classifier (the SOP head always has 2)."""
+    id2label: dict[int, str] | None = None
+    """Optional label names of a fine-tuned classifier."""
+    problem_type: str | None = None
+    """single_label_classification, multi_label_classification or regression (fine-tuning)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Unknown config.json keys, kept so a round trip loses nothing."""
+
+    def __post_init__(self) -> None:
+        # `sharing="none"` with the default single group means one group per layer: normalise so
+        # that HF's group scheme (num_hidden_groups == num_hidden_layers) expresses it.
+        if self.sharing == "none" and self.num_hidden_groups == 1 and self.num_hidden_layers > 1:
+            object.__setattr__(self, "num_hidden_groups", self.num_hidden_layers)
+        if self.id2label is not None:
+            object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise ConfigError naming the first invalid field."""
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                     "num_hidden_groups", "num_attention_heads", "intermediate_size",
+                     "inner_group_num", "max_position_embeddings", "type_vocab_size", "num_labels"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is unknown; choose one of {', '.join(ACTIVATIONS)}")
+        if self.sharing not in SHARING_STRATEGIES:
+            raise ConfigError(f"sharing {self.sharing!r} is unknown; choose one of {', '.join(SHARING_STRATEGIES)}")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ConfigError(f"{name} must be an id in [0, vocab_size={self.vocab_size}), got {value!r}")
+        L, G, K = self.num_hidden_layers, self.num_hidden_groups, self.inner_group_num
+        if self.sharing == "all":
+            if G > L:
+                raise ConfigError(f"num_hidden_groups ({G}) must not exceed num_hidden_layers ({L})")
+            if L % G:
+                # HF computes int(i / (L / G)) and TF int(i / L * G): they disagree unless G divides L.
+                raise ConfigError(f"num_hidden_groups ({G}) must divide num_hidden_layers ({L})")
+            if G == L and K == 1 and L > 1:
+                raise ConfigError("num_hidden_groups == num_hidden_layers with sharing='all' shares "
+                                  "nothing; say sharing='none'")
+        elif self.sharing == "none":
+            if G != L or K != 1:
+                raise ConfigError(f"sharing='none' needs num_hidden_groups == num_hidden_layers ({L}) "
+                                  f"and inner_group_num == 1, got num_hidden_groups={G}, inner_group_num={K}")
+        else:  # attention / ffn: one shared half, one half per layer
+            if G != 1 or K != 1:
+                raise ConfigError(f"sharing={self.sharing!r} needs num_hidden_groups == 1 and "
+                                  f"inner_group_num == 1, got {G} and {K}")
+
+    # ------------------------------------------------------------------ derived shape
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_layer_calls(self) -> int:
+        """Layer applications per forward pass: L x inner_group_num."""
+        return self.num_hidden_layers * self.inner_group_num
+
+    def block_schedule(self) -> list[tuple[int, int]]:
+        """For every layer application, (attention block index, FFN block index).
+
+        Blocks are numbered in HF's order: block j is group j // inner_group_num, inner layer
+        j % inner_group_num. Under `all` and `none` both halves of a layer use the same index;
+        under `attention` (`ffn`) the attention (FFN) half is block 0 everywhere.
+        """
+        L, G, K = self.num_hidden_layers, self.num_hidden_groups, self.inner_group_num
+        schedule = []
+        for i in range(L):
+            if self.sharing == "attention":
+                schedule.append((0, i))
+            elif self.sharing == "ffn":
+                schedule.append((i, 0))
+            else:
+                group = int(i / (L / G))  # HF's formula; equal to TF's when G divides L
+                schedule.extend((group * K + k, group * K + k) for k in range(K))
+        return schedule
+
+    @property
+    def num_attention_blocks(self) -> int:
+        """Distinct attention blocks (parameters) in the encoder."""
+        return 1 + max(a for a, _ in self.block_schedule())
+
+    @property
+    def num_ffn_blocks(self) -> int:
+        """Distinct FFN blocks (parameters) in the encoder."""
+        return 1 + max(f for _, f in self.block_schedule())
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def replace(self, **changes: Any) -> "AlbertConfig":
+        """A copy with some fields changed (validated)."""
+        if "sharing" in changes and "num_hidden_groups" not in changes and changes["sharing"] != "none":
+            # Switching away from `none` restores the single-group layout.
+            changes.setdefault("num_hidden_groups", 1)
+        if changes.get("sharing") == "none" and "num_hidden_groups" not in changes:
+            changes["num_hidden_groups"] = changes.get("num_hidden_layers", self.num_hidden_layers)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config.json content, in transformers' layout plus `sharing`."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            out[f.name] = getattr(self, f.name)
+        out["model_type"] = "albert"
+        num_labels = out.pop("num_labels")
+        id2label = out.pop("id2label") or {i: f"LABEL_{i}" for i in range(num_labels)}
+        out["id2label"] = {str(k): v for k, v in id2label.items()}
+        out["label2id"] = {v: k for k, v in id2label.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "AlbertConfig":
+        """Build from a config.json dict; TF leftovers and HF bookkeeping keys are ignored.
+
+        A dict without `sharing` (any config written by transformers) is read with HF's group
+        scheme: one group per layer means `none`, anything else `all`.
+        """
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        if data.get("model_type", "albert") != "albert":
+            raise ConfigError(f"{source}: model_type is {data['model_type']!r}, expected 'albert'")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in names:
+                kwargs[key] = value
+            elif key in _TF_LEFTOVERS or key in _HF_BOOKKEEPING or key == "label2id":
+                continue
+            else:
+                extra[key] = value
+        if "id2label" in kwargs and kwargs["id2label"] is not None:
+            try:
+                kwargs["id2label"] = {int(k): v for k, v in kwargs["id2label"].items()}
+            except (AttributeError, ValueError) as exc:
+                raise ConfigError(f"{source}: id2label must map integer ids to names") from exc
+            kwargs.setdefault("num_labels", len(kwargs["id2label"]))
+            if all(v == f"LABEL_{k}" for k, v in kwargs["id2label"].items()):
+                kwargs["id2label"] = None
+        if "sharing" not in kwargs:
+            L = kwargs.get("num_hidden_layers", cls.num_hidden_layers)
+            G = kwargs.get("num_hidden_groups", cls.num_hidden_groups)
+            K = kwargs.get("inner_group_num", cls.inner_group_num)
+            kwargs["sharing"] = "none" if (G == L and K == 1 and L > 1) else "all"
+        try:
+            return cls(**kwargs, extra=extra)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        except TypeError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        """Write config.json atomically."""
+        from albertlm.utils import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "AlbertConfig":
+        """Read config.json; errors name the file."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+# ---------------------------------------------------------------------- presets
+def _albert(hidden: int, layers: int, heads: int, ffn: int) -> AlbertConfig:
+    return AlbertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=ffn, embedding_size=128, vocab_size=30000, sharing="all")
+
+
+def _bert(hidden: int, layers: int, heads: int, ffn: int) -> AlbertConfig:
+    return AlbertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=ffn, embedding_size=hidden, vocab_size=30000, sharing="none")
+
+
+PRESETS: dict[str, AlbertConfig] = {
+    # The released v2 shapes (official README); E=128, V=30000, gelu_new, no dropout.
+    "albert-base": _albert(768, 12, 12, 3072),
+    "albert-large": _albert(1024, 24, 16, 4096),
+    "albert-xlarge": _albert(2048, 24, 16, 8192),
+    "albert-xxlarge": _albert(4096, 12, 64, 16384),
+    # BERT of the paper's Table 1: E == H, nothing shared (heads H/64).
+    "bert-base": _bert(768, 12, 12, 3072),
+    "bert-large": _bert(1024, 24, 16, 4096),
+    "bert-xlarge": _bert(2048, 24, 32, 8192),
+    # brightmart/albert_zh's tiny shape, for CPU pretraining.
+    "albert-tiny": AlbertConfig(hidden_size=312, num_hidden_layers=4, num_attention_heads=12,
+                                intermediate_size=1248, embedding_size=128, vocab_size=30000),
+    # Small enough for unit tests.
+    "test": AlbertConfig(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                         num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> AlbertConfig:
+    """A named preset, optionally with fields changed (e.g. vocab_size, sharing)."""
+    try:
+        config = PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+    return config.replace(**overrides) if overrides else config

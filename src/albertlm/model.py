@@ -1,0 +1,320 @@
+"""The ALBERT network, top to bottom as in the paper (Lan et al., ICLR 2020, §3).
+
+    input ids ──► word (V×E) + position (P×E) + type (2×E) embeddings ──► LayerNorm        §3.1
+              ──► E→H projection (the factorized embedding)                              §3.1
+              ──► L layer applications; which parameters each one uses is the sharing     §3.1
+                  strategy (`AlbertConfig.block_schedule`): all, attention, ffn, none
+              ──► pooler: tanh(Linear(h[CLS]))
+    heads:        MLM  H→E, activation, LayerNorm, decoder tied to the word table + bias
+                  SOP  Linear(H→2): 0 = segments in order, 1 = swapped                    §3.2
+
+Every layer is post-LN as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+Module names here are readable; the Hugging Face key names live in `interop/hf.py`.
+The model is a plain single-device module: parallelism, activation checkpointing, compilation and
+precision are applied from outside (`albertlm.distributed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from albertlm.config import AlbertConfig
+
+IGNORE_INDEX = -100  # label value of positions the MLM loss skips (as PyTorch / HF)
+
+
+def activation(name: str):
+    """The activation function `name` (one of config.ACTIVATIONS)."""
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        return lambda x: F.gelu(x, approximate="tanh")  # the official code's tanh form
+    return {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "swish": F.silu, "tanh": torch.tanh}[name]
+
+
+# ---------------------------------------------------------------------------- embeddings
+class Embeddings(nn.Module):
+    """Word + position + token-type lookups, all E-dimensional, then LayerNorm (paper §3.1)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        E = config.embedding_size
+        self.word = nn.Embedding(config.vocab_size, E)
+        self.position = nn.Embedding(config.max_position_embeddings, E)
+        self.token_type = nn.Embedding(config.type_vocab_size, E)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                position_ids: torch.Tensor | None) -> torch.Tensor:
+        """input_ids [B, S] -> embeddings [B, S, E]."""
+        S = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(S, device=input_ids.device)  # [S], broadcast over B
+        x = self.word(input_ids) + self.position(position_ids)
+        x = x + (self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids))
+        return self.dropout(self.norm(x))
+
+
+# ---------------------------------------------------------------------------- the two halves of a layer
+class SelfAttention(nn.Module):
+    """Multi-head self-attention block: LN(x + W_o · attn(W_qkv · x)). One fused QKV matmul."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.qkv = nn.Linear(H, 3 * H)  # rows: query, key, value
+        self.out = nn.Linear(H, H)
+        self.norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.attn_dropout = config.attention_probs_dropout_prob
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x [B, S, H], mask None or bool [B, 1, 1, S] (True = attend) -> [B, S, H]."""
+        B, S, H = x.shape
+        qkv = self.qkv(x).view(B, S, 3, self.num_heads, H // self.num_heads)  # [B, S, 3, nh, hd]
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, nh, S, hd]
+        a = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attn_dropout if self.training else 0.0)
+        a = a.transpose(1, 2).reshape(B, S, H)  # [B, S, nh*hd]
+        return self.norm(x + self.dropout(self.out(a)))
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN block: LN(x + W_down · act(W_up · x))."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.up = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, S, H] -> [B, S, H]."""
+        return self.norm(x + self.dropout(self.down(self.act(self.up(x)))))
+
+
+# ---------------------------------------------------------------------------- encoder with sharing
+class Encoder(nn.Module):
+    """L layer applications over a pool of attention and FFN blocks (paper §3.1, Table 4).
+
+    `all` keeps one block pair per group (G = 1: a single pair reused by every layer), `none` one
+    per layer, `attention` one attention block for all layers and an FFN block per layer, `ffn` the
+    reverse. `config.block_schedule()` lists which pair each application uses.
+    """
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.schedule = config.block_schedule()
+        self.attention = nn.ModuleList(SelfAttention(config) for _ in range(config.num_attention_blocks))
+        self.ffn = nn.ModuleList(FeedForward(config) for _ in range(config.num_ffn_blocks))
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None,
+                output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """h [B, S, H] -> (h [B, S, H], (input, output of every application) if asked)."""
+        states = [h] if output_hidden_states else None
+        for a, f in self.schedule:
+            h = self.ffn[f](self.attention[a](h, mask))
+            if states is not None:
+                states.append(h)
+        return h, (tuple(states) if states is not None else None)
+
+
+def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """[B, S] of 1 (token) / 0 (padding) -> bool [B, 1, 1, S] for SDPA, or None when nothing is padded.
+
+    Without padding no mask is passed at all, which lets SDPA pick its fastest kernel.
+    """
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+# ---------------------------------------------------------------------------- outputs
+@dataclass
+class AlbertModelOutput:
+    last_hidden_state: torch.Tensor
+    """[B, S, H]."""
+    pooler_output: torch.Tensor | None = None
+    """[B, H]: tanh(Linear(h[CLS])); None without a pooler."""
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    """Projected embeddings then the output of every layer application: 1 + L x inner_group_num of [B, S, H]."""
+
+
+@dataclass
+class AlbertForPreTrainingOutput:
+    loss: torch.Tensor | None = None
+    """mlm_loss + sop_loss, of those whose labels were given."""
+    mlm_loss: torch.Tensor | None = None
+    """Mean cross-entropy over the labelled positions."""
+    sop_loss: torch.Tensor | None = None
+    """Mean cross-entropy of the sentence-order head."""
+    prediction_logits: torch.Tensor | None = None
+    """Dense [B, S, V] when `prediction_mask` is None; else sparse [N, V], one row per True entry of
+    `prediction_mask` in row-major (batch, then position) order."""
+    prediction_mask: torch.Tensor | None = None
+    """bool [B, S]: the positions whose logits were computed (labels != -100), or None when dense."""
+    sop_logits: torch.Tensor | None = None
+    """[B, 2]: 0 = in order, 1 = swapped."""
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    """As AlbertModelOutput.hidden_states."""
+
+
+# ---------------------------------------------------------------------------- shared plumbing
+class PreTrainedAlbert(nn.Module):
+    """Initialisation and Hugging Face directory I/O shared by every ALBERT model class."""
+
+    config: AlbertConfig
+
+    def init_weights(self) -> None:
+        """Normal(0, initializer_range) weights, zero biases, unit LayerNorms (official init)."""
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, MLMHead):
+                nn.init.zeros_(module.bias)
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (shared and tied ones counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs):
+        """Load a directory written by `save_pretrained` here or in transformers.
+
+        Reads config.json and model.safetensors (or a legacy pytorch_model.bin, with
+        weights_only=True); see `albertlm.interop.hf.load_pretrained` for the options.
+        """
+        from albertlm.interop.hf import load_pretrained  # interop sits above the model
+
+        return load_pretrained(cls, path, **kwargs)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write config.json + model.safetensors that transformers' classes load."""
+        from albertlm.interop.hf import save_pretrained
+
+        save_pretrained(self, path)
+
+
+# ---------------------------------------------------------------------------- the backbone
+class AlbertModel(PreTrainedAlbert):
+    """Embeddings → E→H projection → encoder → pooler."""
+
+    def __init__(self, config: AlbertConfig, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.project = nn.Linear(config.embedding_size, config.hidden_size)  # E→H, paper §3.1
+        self.encoder = Encoder(config)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> AlbertModelOutput:
+        """Encode a batch.
+
+        Args:
+            input_ids: [B, S] token ids.
+            attention_mask: [B, S], 1 for tokens and 0 for padding; None means no padding.
+            token_type_ids: [B, S] segment ids; None means all segment A.
+            position_ids: [B, S] or [S]; None means 0..S-1.
+            output_hidden_states: also return the input and output of every layer application.
+        Returns:
+            AlbertModelOutput with last_hidden_state [B, S, H] and pooler_output [B, H].
+        """
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, E]
+        h = self.project(x)  # [B, S, H]
+        h, states = self.encoder(h, attention_bias(attention_mask), output_hidden_states)
+        pooled = torch.tanh(self.pooler(h[:, 0])) if self.pooler is not None else None  # [B, H]
+        return AlbertModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=states)
+
+
+# ---------------------------------------------------------------------------- pretraining heads
+class MLMHead(nn.Module):
+    """H→E dense, activation, LayerNorm, then the tied E→V decoder plus its own bias."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """h [..., H], word_embeddings [V, E] -> logits [..., V]."""
+        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
+
+
+class AlbertForPreTraining(PreTrainedAlbert):
+    """The backbone with the masked-LM and sentence-order heads (paper §3.2, §4.1)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config)
+        self.mlm = MLMHead(config)
+        self.sop = nn.Linear(config.hidden_size, 2)  # always 2-way, whatever num_labels says
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
+                output_hidden_states: bool = False, dense_logits: bool = False) -> AlbertForPreTrainingOutput:
+        """Run the backbone and both heads.
+
+        Args:
+            input_ids, attention_mask, token_type_ids, position_ids: as AlbertModel.forward.
+            labels: [B, S] target ids, -100 where no prediction is made. When given, the MLM head
+                runs only on the labelled positions (same loss as dense, a fraction of the cost)
+                and `prediction_logits` is sparse [N, V] unless `dense_logits`.
+            sentence_order_label: [B], 0 = in order, 1 = swapped.
+            output_hidden_states: also return every layer's hidden state.
+            dense_logits: compute [B, S, V] logits even when labels are given.
+        Returns:
+            AlbertForPreTrainingOutput.
+        """
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        h = out.last_hidden_state  # [B, S, H]
+        word = self.albert.embeddings.word.weight  # [V, E], tied decoder
+        sop_logits = self.sop(out.pooler_output)  # [B, 2]
+
+        mlm_loss = sop_loss = None
+        prediction_mask = None
+        if labels is not None and not dense_logits:
+            prediction_mask = labels != IGNORE_INDEX  # [B, S]
+            logits = self.mlm(h[prediction_mask], word)  # [N, V]
+            targets = labels[prediction_mask]  # [N]
+        else:
+            logits = self.mlm(h, word)  # [B, S, V]
+            targets = labels.reshape(-1) if labels is not None else None
+        if targets is not None:
+            if targets.numel() and bool((targets != IGNORE_INDEX).any()):
+                mlm_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets,
+                                           ignore_index=IGNORE_INDEX)
+            else:  # nothing to predict in this batch: a zero that keeps the graph connected
+                mlm_loss = logits.sum() * 0.0
+        if sentence_order_label is not None:
+            sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label.reshape(-1))
+        losses = [x for x in (mlm_loss, sop_loss) if x is not None]
+        loss = sum(losses[1:], losses[0]) if losses else None
+        return AlbertForPreTrainingOutput(
+            loss=loss, mlm_loss=mlm_loss, sop_loss=sop_loss, prediction_logits=logits,
+            prediction_mask=prediction_mask, sop_logits=sop_logits, hidden_states=out.hidden_states)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Distinct parameters of any module (shared ones once)."""
+    return sum(p.numel() for p in module.parameters())
