@@ -1,0 +1,42 @@
+"""Every subcommand's --help works (docstrings are the help text), and errors are one line."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from albertlm.cli import build_parser, main
+
+
+def _all_command_paths(parser: argparse.ArgumentParser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name)
+                yield from _all_command_paths(sub, (*prefix, name))
+
+
+PATHS = list(_all_command_paths(build_parser()))
+
+
+def test_there_are_commands():
+    assert ("params",) in PATHS
+
+
+@pytest.mark.parametrize("path", PATHS, ids=" ".join)
+def test_help(path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*path, "--help"])
+    assert exc.value.code == 0
+    assert "usage: albertlm" in capsys.readouterr().out
+
+
+def test_console_script_runs():
+    out = subprocess.run([sys.executable, "-m", "albertlm.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("albertlm ")
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().out

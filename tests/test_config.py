@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from albertlm.config import PRESETS, AlbertConfig, get_preset
+from albertlm.errors import ConfigError
+
+
+def test_defaults_follow_transformers():
+    c = AlbertConfig()
+    assert (c.vocab_size, c.embedding_size, c.hidden_size, c.num_hidden_layers) == (30000, 128, 4096, 12)
+    assert (c.num_attention_heads, c.intermediate_size, c.hidden_act) == (64, 16384, "gelu_new")
+    assert (c.pad_token_id, c.bos_token_id, c.eos_token_id, c.layer_norm_eps) == (0, 2, 3, 1e-12)
+    assert c.sharing == "all"
+
+
+def test_frozen():
+    with pytest.raises(Exception):
+        PRESETS["test"].hidden_size = 64  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_json_round_trip(tmp_path, name):
+    c = PRESETS[name]
+    c.to_json_file(tmp_path / "config.json")
+    assert AlbertConfig.from_json_file(tmp_path / "config.json") == c
+
+
+def test_tf_leftovers_and_unknown_keys(tmp_path):
+    data = PRESETS["test"].to_dict()
+    data.update(down_scale_factor=1, gap_size=0, net_structure_type=0, num_memory_blocks=0,
+                transformers_version="5.24.0", custom_thing=7)
+    c = AlbertConfig.from_dict(data)
+    assert c == PRESETS["test"]
+    assert c.extra == {"custom_thing": 7}
+    assert "down_scale_factor" not in c.to_dict() and c.to_dict()["custom_thing"] == 7
+
+
+def test_hf_dict_without_sharing_infers_it():
+    base = PRESETS["bert-base"].to_dict()
+    del base["sharing"]
+    assert AlbertConfig.from_dict(base).sharing == "none"
+    base = PRESETS["albert-base"].to_dict()
+    del base["sharing"]
+    assert AlbertConfig.from_dict(base).sharing == "all"
+
+
+def test_labels_round_trip():
+    c = get_preset("test", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"})
+    again = AlbertConfig.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again.id2label == {0: "neg", 1: "neu", 2: "pos"} and again.num_labels == 3
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(hidden_size=30), "num_attention_heads"),
+    (dict(num_hidden_groups=2), "num_hidden_groups"),  # 2 does not divide 3 layers
+    (dict(num_hidden_groups=4), "num_hidden_groups"),
+    (dict(vocab_size=0), "vocab_size"),
+    (dict(intermediate_size=-1), "intermediate_size"),
+    (dict(hidden_act="gelu_wrong"), "hidden_act"),
+    (dict(sharing="half"), "sharing"),
+    (dict(sharing="attention", num_hidden_groups=3), "sharing"),
+    (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob"),
+    (dict(pad_token_id=500), "pad_token_id"),
+])
+def test_validation_names_the_field(changes, field):
+    with pytest.raises(ConfigError, match=field):
+        AlbertConfig(**{**_test_kwargs(), **changes})
+
+
+def _test_kwargs():
+    c = PRESETS["test"]
+    return dict(vocab_size=c.vocab_size, embedding_size=c.embedding_size, hidden_size=c.hidden_size,
+                num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+                intermediate_size=c.intermediate_size, max_position_embeddings=c.max_position_embeddings)
+
+
+def test_bad_json_names_the_file(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(ConfigError, match="config.json"):
+        AlbertConfig.from_json_file(p)
+    p.write_text(json.dumps({"hidden_size": 30, "num_attention_heads": 4}))
+    with pytest.raises(ConfigError, match="config.json.*hidden_size"):
+        AlbertConfig.from_json_file(p)
+
+
+def test_block_schedule():
+    c = get_preset("test", num_hidden_layers=4)
+    assert c.block_schedule() == [(0, 0)] * 4
+    assert c.replace(sharing="none").block_schedule() == [(i, i) for i in range(4)]
+    assert c.replace(sharing="attention").block_schedule() == [(0, i) for i in range(4)]
+    assert c.replace(sharing="ffn").block_schedule() == [(i, 0) for i in range(4)]
+    # HF's group scheme: layer i uses group int(i / (L / G)) and runs its inner layers in order.
+    g = c.replace(num_hidden_groups=2, inner_group_num=2)
+    assert g.block_schedule() == [(0, 0), (1, 1), (0, 0), (1, 1), (2, 2), (3, 3), (2, 2), (3, 3)]
+    assert g.num_layer_calls == 8 and g.num_attention_blocks == 4
+
+
+def test_presets_shapes():
+    assert get_preset("albert-xxlarge").num_attention_heads == 64
+    assert get_preset("bert-xlarge").embedding_size == 2048
+    assert get_preset("bert-large").num_hidden_groups == 24
+    with pytest.raises(ConfigError, match="unknown preset"):
+        get_preset("albert-huge")

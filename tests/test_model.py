@@ -1,0 +1,140 @@
+import pytest
+import torch
+
+from albertlm.config import get_preset
+from albertlm.model import AlbertForPreTraining, AlbertModel
+
+STRATEGIES = ["all", "attention", "ffn", "none"]
+
+
+def _batch(config, B=3, S=12, pad_last=4):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, config.vocab_size, (B, S), generator=g)
+    mask = torch.ones(B, S, dtype=torch.long)
+    mask[-1, S - pad_last:] = 0
+    types = torch.zeros(B, S, dtype=torch.long)
+    types[:, S // 2:] = 1
+    labels = torch.full((B, S), -100)
+    labels[:, 2] = ids[:, 2]
+    labels[0, 5] = ids[0, 5]
+    sop = torch.tensor([0, 1, 0][:B])
+    return ids, mask, types, labels, sop
+
+
+def _config(sharing):
+    return get_preset("test", num_hidden_layers=4, sharing=sharing)
+
+
+@pytest.mark.parametrize("sharing", STRATEGIES)
+def test_sharing_shares_what_it_claims(sharing):
+    config = _config(sharing)
+    enc = AlbertModel(config).encoder
+    L = config.num_hidden_layers
+    attn_ids = [id(enc.attention[a]) for a, _ in enc.schedule]
+    ffn_ids = [id(enc.ffn[f]) for _, f in enc.schedule]
+    expect_attn = 1 if sharing in ("all", "attention") else L
+    expect_ffn = 1 if sharing in ("all", "ffn") else L
+    assert len(set(attn_ids)) == expect_attn == len(enc.attention)
+    assert len(set(ffn_ids)) == expect_ffn == len(enc.ffn)
+    H, I = config.hidden_size, config.intermediate_size
+    attn_params = 3 * H * H + 3 * H + H * H + H + 2 * H
+    ffn_params = H * I + I + I * H + H + 2 * H
+    assert sum(p.numel() for p in enc.parameters()) == expect_attn * attn_params + expect_ffn * ffn_params
+
+
+@pytest.mark.parametrize("sharing", STRATEGIES)
+def test_each_strategy_trains_a_step(sharing):
+    config = _config(sharing)
+    model = AlbertForPreTraining(config)
+    ids, mask, types, labels, sop = _batch(config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss0 = model(ids, mask, types, labels=labels, sentence_order_label=sop).loss
+    loss0.backward()
+    # every parameter receives a gradient (shared blocks get the sum over their applications)
+    for n, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), n
+    opt.step()
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    with torch.no_grad():
+        loss1 = model(ids, mask, types, labels=labels, sentence_order_label=sop).loss
+    assert loss1 < loss0
+
+
+@pytest.mark.parametrize("sharing", ["all", "none"])
+def test_sparse_mlm_equals_dense(sharing):
+    config = _config(sharing)
+    model = AlbertForPreTraining(config).eval()
+    ids, mask, types, labels, sop = _batch(config)
+    sparse = model(ids, mask, types, labels=labels, sentence_order_label=sop)
+    dense = model(ids, mask, types, labels=labels, sentence_order_label=sop, dense_logits=True)
+    assert sparse.prediction_logits.shape == (int((labels != -100).sum()), config.vocab_size)
+    assert dense.prediction_logits.shape == (*ids.shape, config.vocab_size)
+    assert sparse.prediction_mask is not None and dense.prediction_mask is None
+    torch.testing.assert_close(sparse.prediction_logits, dense.prediction_logits[sparse.prediction_mask])
+    torch.testing.assert_close(sparse.mlm_loss, dense.mlm_loss, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sparse.loss, dense.loss, rtol=0, atol=1e-6)
+    ref = torch.nn.functional.cross_entropy(dense.prediction_logits.view(-1, config.vocab_size),
+                                            labels.view(-1), ignore_index=-100)
+    torch.testing.assert_close(dense.mlm_loss, ref)
+    # gradients agree too
+    g = []
+    for dense_logits in (False, True):
+        model.zero_grad()
+        model(ids, mask, types, labels=labels, sentence_order_label=sop, dense_logits=dense_logits).loss.backward()
+        g.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(g[0], g[1], rtol=1e-5, atol=1e-7)
+
+
+def test_no_labels_gives_dense_logits_and_no_loss():
+    config = _config("all")
+    out = AlbertForPreTraining(config)(torch.randint(0, config.vocab_size, (2, 7)))
+    assert out.loss is None and out.prediction_logits.shape == (2, 7, config.vocab_size)
+    assert out.sop_logits.shape == (2, 2)
+
+
+def test_batch_without_masked_positions_has_zero_loss():
+    config = _config("all")
+    model = AlbertForPreTraining(config)
+    ids = torch.randint(5, config.vocab_size, (2, 6))
+    out = model(ids, labels=torch.full_like(ids, -100))
+    assert out.loss.item() == 0.0
+    out.loss.backward()  # still differentiable
+
+
+def test_hidden_states_count_and_padding_invariance():
+    config = get_preset("test", num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)
+    model = AlbertModel(config).eval()
+    ids, mask, types, _, _ = _batch(config)
+    out = model(ids, mask, types, output_hidden_states=True)
+    assert len(out.hidden_states) == 1 + config.num_hidden_layers * config.inner_group_num
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    # changing what sits under the padding does not change the real tokens' outputs
+    ids2 = ids.clone()
+    ids2[-1, mask[-1] == 0] = 7
+    out2 = model(ids2, mask, types)
+    real = mask.bool()
+    torch.testing.assert_close(out.last_hidden_state[real], out2.last_hidden_state[real])
+    # a full mask means the same as no mask
+    torch.testing.assert_close(model(ids[:1], mask[:1], types[:1]).last_hidden_state,
+                               model(ids[:1], None, types[:1]).last_hidden_state)
+
+
+def test_decoder_is_tied_to_word_embeddings():
+    model = AlbertForPreTraining(_config("all"))
+    names = [n for n, _ in model.named_parameters()]
+    assert not any("decoder" in n for n in names)
+    with torch.no_grad():
+        model.albert.embeddings.word.weight[9].zero_()
+        model.mlm.bias[9] = 123.0
+    out = model(torch.randint(5, 100, (1, 4)))
+    assert torch.allclose(out.prediction_logits[..., 9], torch.tensor(123.0))
+
+
+def test_position_ids_and_defaults():
+    config = _config("all")
+    model = AlbertModel(config).eval()
+    ids = torch.randint(5, config.vocab_size, (2, 9))
+    a = model(ids).last_hidden_state
+    b = model(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.arange(9).expand(2, 9)).last_hidden_state
+    torch.testing.assert_close(a, b)
