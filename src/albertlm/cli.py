@@ -20,7 +20,7 @@ Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argpar
 def _params_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--batch-tokens", type=int, default=None,
-                   help="tokens per step for the FLOPs/communication columns (default: the paper's 4096 x 512)")
+                   help="tokens per training step for the PF (PFLOPs per step) column (default: the paper's 4096 x 512)")
 
 
 def _params_run(args: argparse.Namespace) -> int:
