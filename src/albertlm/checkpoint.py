@@ -1,0 +1,172 @@
+"""Full training state on disk: atomic save, exact resume, keep-last-N and best-by-metric.
+
+A run directory holds
+
+    checkpoints/step-00001000/     one complete checkpoint:
+        config.json, model.safetensors   the model, in the Hugging Face layout (interop/hf.py)
+        optimizer.pt                      optimizer state (tensors + plain Python, read with weights_only=True)
+        trainer.json                      step, schedule, data cursor, numpy RNG states, metrics
+        rng.pt                            torch CPU (and CUDA) RNG states
+    checkpoints/latest             a text file naming the newest complete checkpoint
+    checkpoints/best               a text file naming the best checkpoint by the chosen metric
+
+A checkpoint is written into a temporary directory and renamed into place in one step, then
+`latest` is replaced atomically: a kill at any moment leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from albertlm.errors import AlbertlmError
+from albertlm.utils import atomic_write_text
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model under DDP / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def rng_state() -> dict[str, Any]:
+    """torch's global RNG states (dropout draws from them)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None, trainer_state: dict[str, Any],
+                    keep_last: int = 3, metric: float | None = None, higher_is_better: bool = True) -> Path:
+    """Write a complete checkpoint atomically and prune old ones.
+
+    Args:
+        run_dir: the run directory; checkpoints go to run_dir/checkpoints/step-XXXXXXXX.
+        step: optimizer steps taken.
+        model: the model (wrappers are removed); saved with `save_pretrained`.
+        optimizer: saved as its state_dict, or None.
+        trainer_state: JSON-serialisable state (schedule, data cursor, metrics, numpy RNG).
+        keep_last: how many recent checkpoints to keep (the best one is always kept).
+        metric: value used to track the best checkpoint (e.g. held-out MLM accuracy).
+        higher_is_better: direction of `metric`.
+    Returns:
+        The checkpoint directory.
+    """
+    root = Path(run_dir) / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:08d}.", dir=root))
+    try:
+        unwrap(model).save_pretrained(tmp)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
+        state = dict(trainer_state, step=step, metric=metric)
+        (tmp / "trainer.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+        for f in tmp.iterdir():  # make the content durable before it becomes visible
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():  # a re-save of the same step (e.g. after resume) replaces it whole
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write_text(root / "latest", final.name + "\n")
+    if metric is not None:
+        best = best_checkpoint(run_dir)
+        best_metric = _read_state(best).get("metric") if best else None
+        if best_metric is None or (metric > best_metric if higher_is_better else metric < best_metric):
+            atomic_write_text(root / "best", final.name + "\n")
+    _prune(root, keep_last)
+    return final
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    steps = sorted(p for p in root.glob("step-*") if p.is_dir())
+    protected = {_pointer(root, "latest"), _pointer(root, "best")}
+    for old in steps[:-keep_last] if keep_last > 0 else []:
+        if old.name not in protected:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".step-*"):  # temporaries of a killed save
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _pointer(root: Path, name: str) -> str | None:
+    try:
+        return (root / name).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _resolve(root: Path, name: str) -> Path | None:
+    target = _pointer(root, name)
+    if target is None:
+        return None
+    if "/" in target or target.startswith("."):
+        raise AlbertlmError(f"{root / name}: invalid checkpoint pointer {target!r}")
+    path = root / target
+    return path if path.is_dir() else None
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    return _resolve(Path(run_dir) / CHECKPOINT_DIR, "latest")
+
+
+def best_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The best checkpoint by the tracked metric, or None."""
+    return _resolve(Path(run_dir) / CHECKPOINT_DIR, "best")
+
+
+def _read_state(ckpt: Path) -> dict[str, Any]:
+    try:
+        return json.loads((ckpt / "trainer.json").read_text())
+    except FileNotFoundError:
+        raise AlbertlmError(f"{ckpt}: not a training checkpoint (no trainer.json)") from None
+    except json.JSONDecodeError as exc:
+        raise AlbertlmError(f"{ckpt / 'trainer.json'}: invalid JSON at line {exc.lineno}") from None
+
+
+def load_checkpoint(ckpt: str | os.PathLike, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True) -> dict[str, Any]:
+    """Restore model (and optimizer, RNG) in place from a checkpoint directory.
+
+    Returns:
+        The trainer state saved with it (step, data cursor, ...).
+    """
+    from albertlm.interop.hf import load_state_into
+
+    ckpt = Path(ckpt)
+    state = _read_state(ckpt)
+    load_state_into(unwrap(model), ckpt)
+    if optimizer is not None:
+        path = ckpt / "optimizer.pt"
+        if not path.exists():
+            raise AlbertlmError(f"{ckpt}: has no optimizer.pt; cannot resume training exactly")
+        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    if restore_rng and (ckpt / "rng.pt").exists():
+        set_rng_state(torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True))
+    return state

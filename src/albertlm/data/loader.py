@@ -1,0 +1,163 @@
+"""PretrainingDataset: examples from shards, sharded across data-parallel ranks, with a resumable cursor.
+
+Order: in epoch e the examples of all shards are visited in the permutation drawn from
+(seed, e); rank r of W takes positions r, r + W, r + 2W, ... of it. Every example is seen exactly
+once per epoch across the ranks (ranks differ by at most one example), and the same global batch
+is formed whatever W is, which is what makes a 2-process run equal a 1-process run.
+
+Masks: shards built with static masking carry their masks (the official dupe_factor scheme);
+otherwise the loader masks dynamically, drawing example i's mask in epoch e from a generator
+seeded by (seed, e, i), so it does not depend on the rank layout or on where a run resumed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from albertlm.data.shards import Shard, list_shards
+from albertlm.errors import AlbertlmError
+
+IGNORE_INDEX = -100
+PAD_ID = 0
+
+
+class PretrainingDataset(torch.utils.data.IterableDataset):
+    """Per-example dicts: input_ids, token_type_ids, attention_mask, labels, sentence_order_label.
+
+    Args:
+        directory: a directory written by `albertlm data build`.
+        split: "train" or "heldout".
+        rank, world_size: this process's data-parallel position.
+        seed: order and dynamic-mask seed.
+        shuffle: permute each epoch (False: file order, e.g. for evaluation).
+        epochs: stop after this many epochs (None: forever).
+        masking: "auto" (static when the shards carry masks), "static" or "dynamic".
+        masked_lm_prob, max_predictions, max_ngram: dynamic masking settings (paper: 0.15, 20, 3).
+    """
+
+    def __init__(self, directory: str | os.PathLike, split: str = "train", rank: int = 0, world_size: int = 1,
+                 seed: int = 0, shuffle: bool = True, epochs: int | None = None, masking: str = "auto",
+                 masked_lm_prob: float = 0.15, max_predictions: int | None = None, max_ngram: int = 3):
+        super().__init__()
+        if not 0 <= rank < world_size:
+            raise AlbertlmError(f"rank {rank} is outside world_size {world_size}")
+        self.directory = Path(directory)
+        self.shards = [Shard(p) for p in list_shards(self.directory, split)]
+        self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.num_examples = int(self.starts[-1])
+        if self.num_examples == 0:
+            raise AlbertlmError(f"{self.directory}: the {split} split has no examples")
+        meta = self.shards[0].meta
+        self.vocab_size = int(meta.get("vocab_size", 0))
+        has_static = "mlm_positions" in self.shards[0]
+        if masking == "auto":
+            masking = "static" if has_static else "dynamic"
+        if masking == "static" and not has_static:
+            raise AlbertlmError(f"{self.directory}: shards carry no static masks; use masking='dynamic'")
+        if masking not in ("static", "dynamic"):
+            raise AlbertlmError(f"masking must be auto, static or dynamic, got {masking!r}")
+        self.masking = masking
+        self.masked_lm_prob = masked_lm_prob
+        self.max_predictions = int(max_predictions or meta.get("max_predictions", 20))
+        self.max_ngram = max_ngram
+        self.rank, self.world_size, self.seed, self.shuffle, self.epochs = rank, world_size, seed, shuffle, epochs
+        self.epoch = 0
+        self.position = 0  # index into this rank's slice of the epoch's permutation
+
+    # ------------------------------------------------------------------ cursor
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor: where the next example comes from."""
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "world_size": self.world_size, "num_examples": self.num_examples}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a cursor saved by state_dict (same data, seed and world size)."""
+        if state.get("num_examples") != self.num_examples or state.get("seed") != self.seed:
+            raise AlbertlmError(f"{self.directory}: the saved data cursor belongs to other data or another "
+                                "seed; cannot resume the data order exactly")
+        if state.get("world_size") != self.world_size:
+            raise AlbertlmError(f"the saved data cursor is for {state.get('world_size')} ranks, this run has "
+                                f"{self.world_size}; resume with the same number of processes")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def __len__(self) -> int:
+        """Examples this rank sees per epoch."""
+        return len(range(self.rank, self.num_examples, self.world_size))
+
+    # ------------------------------------------------------------------ iteration
+    def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_examples)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+
+    def example(self, index: int, epoch: int = 0) -> dict[str, np.ndarray]:
+        """Global example `index` as numpy arrays (masked as it would be in `epoch`)."""
+        s = int(np.searchsorted(self.starts, index, side="right") - 1)
+        shard, i = self.shards[s], index - int(self.starts[s])
+        tokens = shard.row("tokens", i).astype(np.int64)
+        n = len(tokens)
+        types = np.zeros(n, dtype=np.int64)
+        types[int(shard["segment_a"][i]):] = 1
+        labels = np.full(n, IGNORE_INDEX, dtype=np.int64)
+        if self.masking == "static":
+            pos = shard.row("mlm_positions", i, "mlm_offsets").astype(np.int64)
+            labels[pos] = shard.row("mlm_labels", i, "mlm_offsets")
+        else:
+            from albertlm.data.masking import mask_instance
+
+            rng = np.random.default_rng([self.seed, epoch, index, 1])
+            word_start = shard.row("word_start", i, "tokens_offsets").astype(bool)
+            masked = mask_instance(tokens, word_start, rng, vocab_size=self.vocab_size,
+                                   masked_lm_prob=self.masked_lm_prob, max_predictions=self.max_predictions,
+                                   max_ngram=self.max_ngram)
+            tokens, labels = masked.input_ids.astype(np.int64), masked.labels.astype(np.int64)
+        return {"input_ids": tokens, "token_type_ids": types, "attention_mask": np.ones(n, dtype=np.int64),
+                "labels": labels, "sentence_order_label": np.int64(shard["sentence_order_label"][i])}
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        while self.epochs is None or self.epoch < self.epochs:
+            mine = self._order(self.epoch)[self.rank::self.world_size]
+            while self.position < len(mine):
+                index = int(mine[self.position])
+                self.position += 1  # advance first: the cursor always names the NEXT example
+                yield self.example(index, self.epoch)
+            self.epoch, self.position = self.epoch + 1, 0
+
+
+def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8) -> dict[str, torch.Tensor]:
+    """Stack examples into tensors, padding to the longest (rounded up to a multiple of 8).
+
+    Returns:
+        input_ids, token_type_ids, attention_mask, labels: [B, S]; sentence_order_label: [B].
+    """
+    longest = max(len(e["input_ids"]) for e in examples)
+    S = -(-longest // pad_to_multiple) * pad_to_multiple
+    B = len(examples)
+    fill = {"input_ids": PAD_ID, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
+    out = {k: np.full((B, S), v, dtype=np.int64) for k, v in fill.items()}
+    for b, e in enumerate(examples):
+        n = len(e["input_ids"])
+        for k in fill:
+            out[k][b, :n] = e[k]
+    batch = {k: torch.from_numpy(v) for k, v in out.items()}
+    batch["sentence_order_label"] = torch.tensor([int(e["sentence_order_label"]) for e in examples])
+    return batch
+
+
+def batches(dataset: PretrainingDataset, batch_size: int, pad_to_multiple: int = 8) -> Iterator[dict[str, torch.Tensor]]:
+    """Collated batches of `batch_size` examples from a dataset's iterator (last partial batch kept)."""
+    buf: list[dict[str, np.ndarray]] = []
+    for example in dataset:
+        buf.append(example)
+        if len(buf) == batch_size:
+            yield collate(buf, pad_to_multiple)
+            buf = []
+    if buf:
+        yield collate(buf, pad_to_multiple)

@@ -1,0 +1,160 @@
+"""Everything applied to a plain model from outside, in one documented order (torchtitan's rule):
+
+    1. activation checkpointing of the encoder blocks   (`apply_activation_checkpointing`)
+    2. torch.compile                                     (`maybe_compile`)
+    3. data parallelism: DDP, or FSDP2 `fully_shard`     (`wrap_data_parallel`)
+
+Precision is applied per step by the training loop (autocast). This is also the only module below
+train/ that touches torch.distributed: the run context (`DistContext`) comes from torchrun's
+environment variables, which the CLI passes in.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process sits in a (possibly single-process) data-parallel run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(env: dict[str, str], device: str = "auto") -> DistContext:
+    """Start the process group when launched by torchrun (WORLD_SIZE > 1 in `env`).
+
+    Args:
+        env: the launcher's environment (the CLI passes os.environ).
+        device: "auto" (CUDA when available), "cpu" or "cuda".
+    Returns:
+        The DistContext; gloo backend on CPU, nccl on CUDA.
+    """
+    world = int(env.get("WORLD_SIZE", "1"))
+    rank = int(env.get("RANK", "0"))
+    local = int(env.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    dev = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(minutes=30))
+    return DistContext(rank=rank, world_size=world, local_rank=local, device=dev)
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Sum a small tensor over all ranks (identity in a single process)."""
+    if ctx.distributed:
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def barrier(ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
+
+
+def broadcast_object(obj, ctx: DistContext):
+    """Rank 0's Python object on every rank."""
+    if not ctx.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_gather_object(obj, ctx: DistContext) -> list:
+    """Every rank's Python object, as a list indexed by rank."""
+    if not ctx.distributed:
+        return [obj]
+    out = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# ---------------------------------------------------------------------------- model transforms
+def apply_activation_checkpointing(model: nn.Module) -> int:
+    """Recompute every attention and FFN block in the backward pass instead of storing activations.
+
+    Works per block application, so a shared block applied L times stores only its inputs.
+    (transformers refuses gradient checkpointing for ALBERT; the paper's shared layers make it
+    most useful, since activations, not parameters, dominate memory.)
+
+    Returns:
+        The number of blocks wrapped.
+    """
+    from albertlm.model import Encoder  # transforms know the model; the model knows no transforms
+
+    wrapped = 0
+    for module in model.modules():
+        if isinstance(module, Encoder):
+            for block in [*module.attention, *module.ffn]:
+                if getattr(block, "_albertlm_checkpointed", False):
+                    continue
+                block.forward = functools.partial(_checkpointed, block.forward)
+                block._albertlm_checkpointed = True
+                wrapped += 1
+    return wrapped
+
+
+def _checkpointed(forward, *args):
+    return checkpoint(forward, *args, use_reentrant=False)
+
+
+def maybe_compile(model: nn.Module, enabled: bool) -> nn.Module:
+    """torch.compile the model when asked (dynamic shapes: batches vary in length)."""
+    return torch.compile(model, dynamic=True) if enabled else model
+
+
+def wrap_data_parallel(model: nn.Module, ctx: DistContext, strategy: str = "ddp") -> nn.Module:
+    """Wrap for data-parallel training; a no-op in a single process.
+
+    Args:
+        strategy: "ddp" (DistributedDataParallel: every rank holds the full model and all-reduces
+            gradients) or "fsdp" (FSDP2 `fully_shard`: parameters, gradients and optimizer state
+            sharded across ranks; for the large presets).
+    """
+    if not ctx.distributed:
+        return model
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model)
+        return model
+    if strategy != "ddp":
+        raise ValueError(f"unknown data-parallel strategy {strategy!r}")
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    # Shared blocks are used several times per step; DDP handles that, static_graph lets it
+    # all-reduce them once, as soon as their last use has produced a gradient.
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids, static_graph=True)
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of gradient a data-parallel step all-reduces: every trainable parameter once."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+

@@ -1,0 +1,370 @@
+"""The pretraining recipe: MLM + SOP (paper §4.1) with LAMB, on any corpus, resumable, data-parallel.
+
+`pretrain(recipe, run_dir, ctx)` does everything the `albertlm pretrain` command promises:
+tokenizer (trained unless the run already has one), data shards (built unless present),
+model, optimizer, the step loop with evaluation, logging and checkpoints, and a final model
+directory that transformers' AlbertForPreTraining.from_pretrained loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from albertlm.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, unwrap
+from albertlm.config import get_preset
+from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
+from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
+                                  gradient_bytes, maybe_compile, wrap_data_parallel)
+from albertlm.errors import AlbertlmError
+from albertlm.model import AlbertForPreTraining
+from albertlm.optim import build_optimizer, lr_at, scaled_lr
+from albertlm.train.loop import StepSettings, make_scaler, train_step
+from albertlm.train.metrics import MetricsLogger
+
+
+@dataclass(frozen=True)
+class PretrainRecipe:
+    """Every knob of a pretraining run. The defaults are the built-in quick recipe: albert-tiny on
+    the King James Bible in about a quarter of an hour on 2 CPU cores (see docs/benchmarks.md)."""
+
+    preset: str = "albert-tiny"
+    """Model preset (config.PRESETS); vocab_size comes from the tokenizer."""
+    sharing: str | None = None
+    """Override the preset's sharing strategy (all, attention, ffn, none)."""
+    embedding_size: int | None = None
+    """Override the preset's embedding size E."""
+    corpus: str = "kjv"
+    """Corpus spec (see data/corpus.py): `kjv`, files, globs, directories."""
+    vocab_size: int = 8000
+    """SentencePiece vocabulary size (capped at what the corpus supports)."""
+    max_seq_length: int = 128
+    """Tokens per example, [CLS] A [SEP] B [SEP] included."""
+    objective: str = "sop"
+    """Sentence-level task: sop, nsp or none."""
+    masking: str = "dynamic"
+    """dynamic (a new mask every epoch) or static (dupe_factor masked copies, as official)."""
+    dupe_factor: int = 1
+    """Copies of the corpus with different instance splits (and masks, when static)."""
+    max_predictions: int = 20
+    """Masked positions per example at most (paper: 20 at length 512)."""
+    heldout_fraction: float = 0.02
+    """Documents held out for evaluation."""
+    batch_size: int = 64
+    """Global batch: per-device micro-batch x accumulation x world size."""
+    micro_batch_size: int | None = None
+    """Examples per forward pass on one device (default: the whole per-device batch)."""
+    steps: int = 1000
+    """Optimizer steps."""
+    warmup_steps: int = 100
+    """Linear warmup steps."""
+    lr: float | None = None
+    """Peak learning rate; default scales the paper's 0.00176 at batch 4096 by sqrt(batch/4096)."""
+    optimizer: str = "lamb"
+    """lamb (paper) or adamw."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (LayerNorm and biases excluded)."""
+    precision: str = "fp32"
+    """fp32, bf16 or fp16 (GPU)."""
+    clip_norm: float = 1.0
+    """Global gradient-norm clip."""
+    on_nonfinite: str = "skip"
+    """skip or stop when the loss or gradient norm is not finite."""
+    eval_every: int = 100
+    """Evaluate on the held-out split every N steps (and at the end)."""
+    eval_examples: int = 2048
+    """Held-out examples per evaluation at most."""
+    log_every: int = 10
+    """Write training metrics every N steps."""
+    checkpoint_every: int = 200
+    """Save a full checkpoint every N steps (and at the end)."""
+    keep_last: int = 2
+    """Checkpoints kept (the best by held-out MLM accuracy is kept too)."""
+    seed: int = 0
+    """Seed of the tokenizer sample, the data, the initialisation and the data order."""
+    workers: int = 2
+    """Processes for the data build."""
+    activation_checkpointing: bool = False
+    """Recompute encoder blocks in the backward pass (saves activation memory)."""
+    compile: bool = False
+    """torch.compile the model."""
+    data_parallel: str = "ddp"
+    """ddp or fsdp when launched with torchrun."""
+
+    def __post_init__(self) -> None:
+        choices = {"objective": ("sop", "nsp", "none"), "masking": ("dynamic", "static"),
+                   "optimizer": ("lamb", "adamw"), "precision": ("fp32", "bf16", "fp16"),
+                   "on_nonfinite": ("skip", "stop"), "data_parallel": ("ddp", "fsdp"),
+                   "sharing": (None, "all", "attention", "ffn", "none")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise AlbertlmError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
+        for name in ("vocab_size", "max_seq_length", "dupe_factor", "max_predictions", "batch_size", "steps",
+                     "eval_every", "eval_examples", "log_every", "checkpoint_every", "workers"):
+            if getattr(self, name) <= 0:
+                raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
+            raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
+
+    def per_device_batch(self, world_size: int) -> tuple[int, int]:
+        """(micro-batch size, accumulation steps) for this world size."""
+        if self.batch_size % world_size:
+            raise AlbertlmError(f"batch_size {self.batch_size} is not divisible by the {world_size} processes")
+        per_device = self.batch_size // world_size
+        micro = self.micro_batch_size or per_device
+        if per_device % micro:
+            raise AlbertlmError(f"the per-device batch {per_device} is not divisible by micro_batch_size {micro}")
+        return micro, per_device // micro
+
+    @property
+    def peak_lr(self) -> float:
+        return self.lr if self.lr is not None else scaled_lr(self.batch_size)
+
+
+# ---------------------------------------------------------------------------- losses
+def _counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {"masked": float((batch["labels"] != IGNORE_INDEX).sum()), "examples": float(len(batch["labels"]))}
+
+
+def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
+    """MLM + SOP loss of a micro-batch, each normalised by its global target count."""
+    out = model(**batch)
+    n_masked, n_examples = _counts(batch).values()
+    mlm = out.mlm_loss * (n_masked / max(totals["masked"], 1.0))
+    sop = out.sop_loss * (n_examples / totals["examples"])
+    with torch.no_grad():
+        targets = batch["labels"][out.prediction_mask]
+        mlm_correct = float((out.prediction_logits.argmax(-1) == targets).sum())
+        sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
+    metrics = {"mlm_loss_sum": float(out.mlm_loss.detach()) * n_masked, "sop_loss_sum": float(out.sop_loss.detach()) * n_examples,
+               "mlm_correct": mlm_correct, "sop_correct": sop_correct}
+    return mlm + sop, metrics
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext, batch_size: int = 64,
+             max_examples: int | None = None) -> dict[str, float]:
+    """Held-out MLM loss/accuracy and sentence-order accuracy (every rank its share, then summed).
+
+    Also returns the two baselines on the same positions: always predicting the most frequent
+    target token, and always predicting the majority sentence-order label.
+    """
+    model.eval()
+    sums = torch.zeros(6, dtype=torch.float64)
+    counts: dict[int, int] = {}
+    buf: list[dict[str, np.ndarray]] = []
+    seen = 0
+    limit = max_examples if max_examples is not None else dataset.num_examples
+    indices = range(ctx.rank, min(limit, dataset.num_examples), ctx.world_size)
+    for n, index in enumerate(indices):
+        buf.append(dataset.example(index, epoch=0))
+        if len(buf) == batch_size or n == len(indices) - 1:
+            batch = {k: v.to(ctx.device) for k, v in collate(buf).items()}
+            out = unwrap(model)(**batch)
+            targets = batch["labels"][out.prediction_mask]
+            sums += torch.tensor([float(out.mlm_loss) * len(targets), float((out.prediction_logits.argmax(-1) == targets).sum()),
+                                  len(targets), float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
+                                  float(batch["sentence_order_label"].sum()), len(buf)], dtype=torch.float64)
+            for t, c in zip(*np.unique(targets.cpu().numpy(), return_counts=True)):
+                counts[int(t)] = counts.get(int(t), 0) + int(c)
+            seen += len(buf)
+            buf = []
+    model.train()
+    sums = all_reduce_sum(sums.to(ctx.device), ctx).cpu()
+    # the most frequent held-out target, counted on every rank's share
+    vocab = unwrap(model).config.vocab_size
+    hist = torch.zeros(vocab, dtype=torch.float64)
+    for t, c in counts.items():
+        hist[t] = c
+    hist = all_reduce_sum(hist.to(ctx.device), ctx).cpu()
+    loss_sum, correct, masked, sop_correct, sop_ones, examples = sums.tolist()
+    return {"mlm_loss": loss_sum / max(masked, 1), "mlm_accuracy": correct / max(masked, 1),
+            "sop_accuracy": sop_correct / max(examples, 1), "examples": examples, "masked_tokens": masked,
+            "baseline_mlm_accuracy": float(hist.max()) / max(masked, 1),
+            "baseline_sop_accuracy": max(sop_ones, examples - sop_ones) / max(examples, 1)}
+
+
+# ---------------------------------------------------------------------------- data preparation
+def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progress: bool = True) -> tuple[Path, Path]:
+    """Train the tokenizer and build the shards unless the run already has them (rank 0 works, others wait)."""
+    from albertlm.data.build import BuildSettings, build_dataset
+    from albertlm.tokenizer import train_tokenizer
+
+    tok_dir, data_dir = run_dir / "tokenizer", run_dir / "data"
+    if ctx.is_main:
+        if not (tok_dir / "spiece.model").exists():
+            train_tokenizer(recipe.corpus, tok_dir, vocab_size=recipe.vocab_size, seed=recipe.seed, strict=False)
+        if not (data_dir / "meta.json").exists():
+            settings = BuildSettings(max_seq_length=recipe.max_seq_length, objective=recipe.objective,
+                                     masking=recipe.masking, dupe_factor=recipe.dupe_factor,
+                                     max_predictions=recipe.max_predictions,
+                                     heldout_fraction=recipe.heldout_fraction, seed=recipe.seed,
+                                     workers=recipe.workers)
+            build_dataset(recipe.corpus, tok_dir, data_dir, settings, progress=progress)
+    barrier(ctx)
+    return tok_dir, data_dir
+
+
+# ---------------------------------------------------------------------------- the run
+def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | None = None,
+             resume: bool = False, progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
+    """Run (or resume) a pretraining run in `run_dir`.
+
+    Args:
+        recipe: the run's settings.
+        run_dir: everything is written below it: tokenizer/, data/, checkpoints/, metrics.jsonl,
+            tensorboard/, and the final model/ directory.
+        ctx: data-parallel context (single process on CPU by default).
+        resume: continue from the latest checkpoint (the recipe must match the saved one).
+        progress: show a progress bar on the main rank.
+        stop_after: stop (without the final save) once this many steps are done in this call;
+            used by tests to simulate an interrupted run.
+    Returns:
+        A summary: final held-out metrics with baselines, steps, wall time, tokens/s.
+    """
+    ctx = ctx or DistContext()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    recipe_path = run_dir / "recipe.json"
+    if resume and recipe_path.exists():
+        saved = json.loads(recipe_path.read_text())
+        if saved != dataclasses.asdict(recipe):
+            diff = sorted(k for k in saved if saved.get(k) != dataclasses.asdict(recipe).get(k))
+            raise AlbertlmError(f"{recipe_path}: --resume with different settings ({', '.join(diff)})")
+    elif ctx.is_main:
+        recipe_path.write_text(json.dumps(dataclasses.asdict(recipe), indent=2))
+    tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
+
+    train_data = PretrainingDataset(data_dir, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
+                                    max_predictions=recipe.max_predictions)
+    heldout = PretrainingDataset(data_dir, "heldout", seed=recipe.seed, shuffle=False,
+                                 max_predictions=recipe.max_predictions)
+    overrides: dict[str, Any] = {"vocab_size": train_data.vocab_size,
+                                 "max_position_embeddings": max(recipe.max_seq_length, 512)}
+    if recipe.sharing:
+        overrides["sharing"] = recipe.sharing
+    if recipe.embedding_size:
+        overrides["embedding_size"] = recipe.embedding_size
+    config = get_preset(recipe.preset, **overrides)
+    torch.manual_seed(recipe.seed)
+    model = AlbertForPreTraining(config).to(ctx.device)
+    if recipe.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    model = wrap_data_parallel(maybe_compile(model, recipe.compile), ctx, recipe.data_parallel)
+    optimizer = build_optimizer(recipe.optimizer, unwrap(model), lr=recipe.peak_lr, weight_decay=recipe.weight_decay)
+    settings = StepSettings(precision=recipe.precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
+    scaler = make_scaler(settings, ctx.device)
+    micro, accum = recipe.per_device_batch(ctx.world_size)
+
+    step, tokens_seen, elapsed_before = 0, 0, 0.0
+    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
+        state = load_checkpoint(ckpt, model, optimizer)
+        train_data.load_state_dict(state["data"][ctx.rank] if isinstance(state["data"], list) else state["data"])
+        step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state.get("elapsed", 0.0)
+    logger = MetricsLogger(run_dir, enabled=ctx.is_main)
+    comm_bytes = gradient_bytes(unwrap(model))
+    logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
+                               comm_bytes if ctx.distributed else 0, "world_size": ctx.world_size,
+                               "micro_batch": micro, "accumulation": accum, "peak_lr": recipe.peak_lr})
+    bar = None
+    if progress and ctx.is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=recipe.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
+
+    it = iter(train_data)
+    model.train()
+    start = time.perf_counter()
+    window_tokens, window_start = 0, time.perf_counter()
+    eval_metrics: dict[str, float] = {}
+    done_here = 0
+    while step < recipe.steps:
+        batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
+        step_tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+        batches = [{k: v.to(ctx.device) for k, v in b.items()} for b in batches]
+        lr = lr_at(step, recipe.peak_lr, recipe.warmup_steps, recipe.steps)
+        m = train_step(model, optimizer, batches, lr=lr, loss_fn=_loss, count_fn=_counts, ctx=ctx,
+                       settings=settings, scaler=scaler)
+        step += 1
+        done_here += 1
+        step_tokens = int(all_reduce_sum(torch.tensor([step_tokens], device=ctx.device), ctx)[0])
+        tokens_seen += step_tokens
+        window_tokens += step_tokens
+        if m["skipped"] and ctx.is_main:
+            print(f"step {step}: non-finite loss or gradient; the step was skipped", flush=True)
+        if step % recipe.log_every == 0 or step == recipe.steps:
+            now = time.perf_counter()
+            tps = window_tokens / max(now - window_start, 1e-9)
+            window_tokens, window_start = 0, now
+            train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
+                     "sop_loss": m["sop_loss_sum"] / m["n_examples"], "mlm_accuracy": m["mlm_correct"] / max(m["n_masked"], 1),
+                     "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
+                     "tokens_per_s": tps, "tokens_seen": tokens_seen, "skipped": m["skipped"]}
+            logger.log(step, "train", train)
+            if bar is not None:
+                bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{train['mlm_accuracy']:.3f}", tok_s=f"{tps:,.0f}")
+        if bar is not None:
+            bar.update(1)
+        final = step == recipe.steps
+        if step % recipe.eval_every == 0 or final:
+            eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples)
+            logger.log(step, "eval", eval_metrics)
+        if step % recipe.checkpoint_every == 0 or final:
+            data_state = _gather_cursors(train_data, ctx)
+            if ctx.is_main:
+                state = {"data": data_state, "tokens_seen": tokens_seen,
+                         "elapsed": elapsed_before + time.perf_counter() - start}
+                save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
+                                metric=eval_metrics.get("mlm_accuracy") if step % recipe.eval_every == 0 or final else None)
+            barrier(ctx)
+        if stop_after is not None and done_here >= stop_after and not final:
+            break
+    if bar is not None:
+        bar.close()
+    wall = elapsed_before + time.perf_counter() - start
+    summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
+               "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
+               "eval": eval_metrics, "run_dir": str(run_dir)}
+    if step == recipe.steps and ctx.is_main:
+        final_dir = run_dir / "model"
+        unwrap(model).save_pretrained(final_dir)
+        shutil.copy2(tok_dir / "spiece.model", final_dir / "spiece.model")
+        summary["model_dir"] = str(final_dir)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    logger.close()
+    return summary
+
+
+def _gather_cursors(dataset: PretrainingDataset, ctx: DistContext) -> Any:
+    """Every rank's data cursor, as a list indexed by rank (a dict in a single process)."""
+    if not ctx.distributed:
+        return dataset.state_dict()
+    from albertlm.distributed import all_gather_object
+
+    return all_gather_object(dataset.state_dict(), ctx)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The end-of-run report: held-out accuracies beside their baselines."""
+    e = summary.get("eval", {})
+    lines = [f"steps {summary['steps']}, {summary['tokens_seen']:,} tokens in {summary['train_seconds'] / 60:.1f} min "
+             f"({summary['tokens_per_s']:,.0f} tokens/s), {summary['parameters']:,} parameters"]
+    if e:
+        lines.append(f"held-out MLM accuracy {e['mlm_accuracy']:.1%}  (most-frequent-token baseline "
+                     f"{e['baseline_mlm_accuracy']:.1%}), MLM loss {e['mlm_loss']:.3f}")
+        lines.append(f"held-out SOP accuracy {e['sop_accuracy']:.1%}  (chance / majority-label baseline "
+                     f"{e['baseline_sop_accuracy']:.1%}), on {int(e['examples']):,} examples")
+    if "model_dir" in summary:
+        lines.append(f"model (loads with transformers' AlbertForPreTraining.from_pretrained): {summary['model_dir']}")
+    lines.append(f"run directory: {summary['run_dir']}")
+    return "\n".join(lines)
+

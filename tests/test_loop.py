@@ -1,0 +1,91 @@
+"""The shared training step: accumulation equals one big batch; non-finite steps never touch weights."""
+
+import copy
+
+import pytest
+import torch
+
+from albertlm.config import get_preset
+from albertlm.distributed import DistContext
+from albertlm.model import AlbertForPreTraining
+from albertlm.optim import build_optimizer
+from albertlm.train.loop import NonFiniteLossError, StepSettings, train_step
+from albertlm.train.pretrain import _counts, _loss
+
+
+def _batch(n, S=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 128, (n, S), generator=g)
+    labels = torch.full((n, S), -100)
+    pick = torch.rand(n, S, generator=g) < 0.25  # an uneven number of targets per example
+    pick[:, 0] = False
+    labels[pick] = ids[pick]
+    mask = torch.ones(n, S, dtype=torch.long)
+    mask[0, 12:] = 0
+    labels[0, 12:] = -100
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+            "labels": labels, "sentence_order_label": torch.randint(0, 2, (n,), generator=g)}
+
+
+def _split(batch, k):
+    n = len(batch["input_ids"]) // k
+    return [{key: v[i * n:(i + 1) * n] for key, v in batch.items()} for i in range(k)]
+
+
+def _step(model, batches, settings=StepSettings()):
+    opt = build_optimizer("lamb", model, lr=1e-3)
+    out = train_step(model, opt, batches, lr=1e-3, loss_fn=_loss, count_fn=_counts, ctx=DistContext(),
+                     settings=settings)
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_accumulation_equals_one_big_batch(k):
+    model = AlbertForPreTraining(get_preset("test"))
+    other = copy.deepcopy(model)
+    batch = _batch(8)
+    big = _step(model, [batch])
+    acc = _step(other, _split(batch, k))
+    assert big["loss"] == pytest.approx(acc["loss"], rel=1e-6)
+    assert big["grad_norm"] == pytest.approx(acc["grad_norm"], rel=1e-5)
+    assert big["n_masked"] == acc["n_masked"]
+    for (n, p), q in zip(model.named_parameters(), other.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_loss_matches_the_model_loss():
+    model = AlbertForPreTraining(get_preset("test"))
+    batch = _batch(4)
+    with torch.no_grad():
+        expected = float(model(**batch).loss)
+    assert _step(model, [batch])["loss"] == pytest.approx(expected, rel=1e-6)
+
+
+def _poison(model):
+    with torch.no_grad():
+        model.albert.project.weight[0, 0] = float("nan")
+
+
+def test_nonfinite_step_is_skipped_and_weights_untouched():
+    model = AlbertForPreTraining(get_preset("test"))
+    _poison(model)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    out = _step(model, [_batch(4)])
+    assert out["skipped"] == 1
+    for n, p in model.named_parameters():
+        assert torch.equal(before[n], p) or (torch.isnan(before[n]).any() and torch.equal(
+            torch.nan_to_num(before[n]), torch.nan_to_num(p))), n
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_nonfinite_stop_raises_with_a_clear_message():
+    model = AlbertForPreTraining(get_preset("test"))
+    _poison(model)
+    with pytest.raises(NonFiniteLossError, match="not updated"):
+        _step(model, [_batch(4)], StepSettings(on_nonfinite="stop"))
+
+
+def test_bf16_autocast_step_runs_on_cpu():
+    model = AlbertForPreTraining(get_preset("test"))
+    out = _step(model, [_batch(4)], StepSettings(precision="bf16"))
+    assert out["skipped"] == 0 and out["loss"] > 0
