@@ -1,0 +1,98 @@
+"""`albertlm data stats`: what a built data directory holds, checked against the paper's recipe.
+
+Reports examples, tokens, padding fraction (at max_seq_length), mask rate of the maskable tokens,
+the masked n-gram length histogram, sentence-order label balance and the short-sequence fraction.
+Static masks are read from the shards; dynamic masks are drawn for a sample of examples exactly
+as the loader draws them in epoch 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from albertlm.data.masking import mask_instance
+from albertlm.data.shards import Shard, list_shards
+from albertlm.errors import AlbertlmError
+
+SPECIALS_PER_EXAMPLE = 3  # [CLS], [SEP], [SEP]: never masked
+
+
+def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) -> dict[str, Any]:
+    """Statistics of one split.
+
+    Args:
+        directory: a directory written by `albertlm data build`.
+        split: train or heldout.
+        sample: examples whose dynamic masks are drawn (ignored for static masks).
+    Returns:
+        A dict of counts and fractions (see module docstring).
+    """
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+    except FileNotFoundError:
+        raise AlbertlmError(f"{directory}: no meta.json (not a completed `albertlm data build` output)") from None
+    settings = meta["settings"]
+    shards = [Shard(p) for p in list_shards(directory, split)]
+    n = sum(len(s) for s in shards)
+    lengths = np.concatenate([np.diff(s["tokens_offsets"]) for s in shards])
+    labels = np.concatenate([np.asarray(s["sentence_order_label"]) for s in shards])
+    short = np.concatenate([np.asarray(s["is_short"]) for s in shards])
+    tokens = int(lengths.sum())
+    if settings["masking"] == "static":
+        masked = sum(len(s["mlm_positions"]) for s in shards)
+        maskable = tokens - SPECIALS_PER_EXAMPLE * n
+        spans = np.concatenate([np.asarray(s["span_n"]) for s in shards])
+        masked_from = f"all {n:,} examples (static masks)"
+    else:
+        rng = np.random.default_rng([settings["seed"], 0])
+        picks = rng.choice(n, size=min(sample, n), replace=False)
+        starts = np.concatenate([[0], np.cumsum([len(s) for s in shards])])
+        masked = maskable = 0
+        span_list = []
+        for index in np.sort(picks):
+            k = int(np.searchsorted(starts, index, side="right") - 1)
+            shard, i = shards[k], int(index - starts[k])
+            toks = shard.row("tokens", i).astype(np.int64)
+            ws = shard.row("word_start", i, "tokens_offsets").astype(bool)
+            m = mask_instance(toks, ws, np.random.default_rng([settings["seed"], 0, int(index), 1]),
+                              vocab_size=meta["tokenizer"]["vocab_size"], masked_lm_prob=settings["masked_lm_prob"],
+                              max_predictions=settings["max_predictions"], max_ngram=settings["max_ngram"])
+            masked += int((m.labels != -100).sum())
+            maskable += len(toks) - SPECIALS_PER_EXAMPLE
+            span_list.append(m.span_n)
+        spans = np.concatenate(span_list) if span_list else np.zeros(0, np.int8)
+        masked_from = f"a sample of {len(picks):,} examples (dynamic masks, epoch 0)"
+    hist = np.bincount(spans.astype(np.int64), minlength=settings["max_ngram"] + 1)[1:]
+    return {
+        "split": split, "examples": n, "tokens": tokens,
+        "mean_length": tokens / max(n, 1),
+        "padding_fraction": 1.0 - tokens / max(n * settings["max_seq_length"], 1),
+        "mask_rate": masked / max(maskable, 1), "masked_tokens": masked, "mask_stats_from": masked_from,
+        "ngram_fractions": {str(k + 1): float(c) / max(int(hist.sum()), 1) for k, c in enumerate(hist)},
+        "label_1_fraction": float(labels.mean()) if n else 0.0,
+        "short_fraction": float(short.mean()) if n else 0.0,
+        "objective": settings["objective"], "masking": settings["masking"],
+        "max_seq_length": settings["max_seq_length"], "max_predictions": settings["max_predictions"],
+    }
+
+
+def format_stats(s: dict[str, Any]) -> str:
+    """The stats as an aligned text block."""
+    grams = ", ".join(f"{k}-gram {v:.1%}" for k, v in s["ngram_fractions"].items())
+    label = "swapped (SOP label 1)" if s["objective"] == "sop" else "label 1"
+    rows = [
+        ("split", s["split"]), ("examples", f"{s['examples']:,}"), ("tokens", f"{s['tokens']:,}"),
+        ("mean length", f"{s['mean_length']:.1f} of {s['max_seq_length']}"),
+        ("padding fraction", f"{s['padding_fraction']:.1%} (if padded to max_seq_length)"),
+        ("mask rate", f"{s['mask_rate']:.2%} of maskable tokens, over {s['mask_stats_from']}"),
+        ("n-gram lengths", f"{grams} (paper: 54.5%, 27.3%, 18.2%)"),
+        (f"{label}", f"{s['label_1_fraction']:.1%}"),
+        ("short sequences", f"{s['short_fraction']:.1%} (short_seq_prob 10%)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
