@@ -1,9 +1,10 @@
 """PretrainingDataset: examples from shards, sharded across data-parallel ranks, with a resumable cursor.
 
-Order: in epoch e the examples of all shards are visited in the permutation drawn from
-(seed, e); rank r of W takes positions r, r + W, r + 2W, ... of it. Every example is seen exactly
-once per epoch across the ranks (ranks differ by at most one example), and the same global batch
-is formed whatever W is, which is what makes a 2-process run equal a 1-process run.
+Order: the examples of all shards form one endless stream: the permutation drawn from (seed, 0),
+then the one drawn from (seed, 1), and so on, one per epoch. Rank r of W takes stream positions
+r, r + W, r + 2W, ... Every example is seen exactly once per epoch across the ranks, and the k-th
+global batch holds the same examples whatever W is (even across an epoch boundary that does not
+divide evenly), which is what makes a 2-process run equal a 1-process run.
 
 Masks: shards built with static masking carry their masks (the official dupe_factor scheme);
 otherwise the loader masks dynamically, drawing example i's mask in epoch e from a generator
@@ -68,13 +69,18 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         self.max_predictions = int(max_predictions or meta.get("max_predictions", 20))
         self.max_ngram = max_ngram
         self.rank, self.world_size, self.seed, self.shuffle, self.epochs = rank, world_size, seed, shuffle, epochs
-        self.epoch = 0
-        self.position = 0  # index into this rank's slice of the epoch's permutation
+        self.position = 0  # examples this rank has taken from the stream
+        self._perm: tuple[int, np.ndarray] | None = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next example this rank takes."""
+        return (self.rank + self.position * self.world_size) // self.num_examples
 
     # ------------------------------------------------------------------ cursor
     def state_dict(self) -> dict[str, Any]:
         """The cursor: where the next example comes from."""
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+        return {"position": self.position, "seed": self.seed, "rank": self.rank,
                 "world_size": self.world_size, "num_examples": self.num_examples}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -82,13 +88,13 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         if state.get("num_examples") != self.num_examples or state.get("seed") != self.seed:
             raise AlbertlmError(f"{self.directory}: the saved data cursor belongs to other data or another "
                                 "seed; cannot resume the data order exactly")
-        if state.get("world_size") != self.world_size:
+        if state.get("world_size") != self.world_size or state.get("rank", self.rank) != self.rank:
             raise AlbertlmError(f"the saved data cursor is for {state.get('world_size')} ranks, this run has "
                                 f"{self.world_size}; resume with the same number of processes")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.position = int(state["position"])
 
     def __len__(self) -> int:
-        """Examples this rank sees per epoch."""
+        """Examples this rank sees per epoch (ranks differ by at most one)."""
         return len(range(self.rank, self.num_examples, self.world_size))
 
     # ------------------------------------------------------------------ iteration
@@ -122,13 +128,15 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
                 "labels": labels, "sentence_order_label": np.int64(shard["sentence_order_label"][i])}
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        while self.epochs is None or self.epoch < self.epochs:
-            mine = self._order(self.epoch)[self.rank::self.world_size]
-            while self.position < len(mine):
-                index = int(mine[self.position])
-                self.position += 1  # advance first: the cursor always names the NEXT example
-                yield self.example(index, self.epoch)
-            self.epoch, self.position = self.epoch + 1, 0
+        while True:
+            g = self.rank + self.position * self.world_size  # position in the global stream
+            epoch, offset = divmod(g, self.num_examples)
+            if self.epochs is not None and epoch >= self.epochs:
+                return
+            if self._perm is None or self._perm[0] != epoch:
+                self._perm = (epoch, self._order(epoch))
+            self.position += 1  # advance first: the cursor always names the NEXT example
+            yield self.example(int(self._perm[1][offset]), epoch)
 
 
 def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8) -> dict[str, torch.Tensor]:

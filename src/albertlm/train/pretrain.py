@@ -270,6 +270,8 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         state = load_checkpoint(ckpt, model, optimizer)
         train_data.load_state_dict(state["data"][ctx.rank] if isinstance(state["data"], list) else state["data"])
         step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state.get("elapsed", 0.0)
+        if ctx.is_main:
+            _truncate_metrics(run_dir / "metrics.jsonl", step)
     logger = MetricsLogger(run_dir, enabled=ctx.is_main)
     comm_bytes = gradient_bytes(unwrap(model))
     logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
@@ -330,6 +332,8 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             break
     if bar is not None:
         bar.close()
+    if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
+        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples)
     wall = elapsed_before + time.perf_counter() - start
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
@@ -342,6 +346,17 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     logger.close()
     return summary
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop records written after the checkpoint we resume from (the killed run's last steps)."""
+    if not path.exists():
+        return
+    from albertlm.train.metrics import read_metrics
+    from albertlm.utils import atomic_write_text
+
+    kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 
 def _gather_cursors(dataset: PretrainingDataset, ctx: DistContext) -> Any:

@@ -1,0 +1,124 @@
+"""Pretraining end to end: a run learns, a killed run resumes bit-for-bit, 2 processes = 1 process."""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from albertlm.data.build import BuildSettings, build_dataset
+from albertlm.distributed import DistContext
+from albertlm.tokenizer import train_tokenizer
+from albertlm.train.metrics import read_metrics
+from albertlm.train.pretrain import PretrainRecipe, pretrain
+
+RECIPE = dict(preset="test", max_seq_length=64, batch_size=8, steps=8, warmup_steps=2, lr=0.01, eval_every=4,
+              eval_examples=32, log_every=1, checkpoint_every=2, vocab_size=64, heldout_fraction=0.1)
+ARGS = ["--preset", "test", "--max-seq-length", "64", "--batch-size", "8", "--steps", "8", "--warmup-steps", "2",
+        "--lr", "0.01", "--eval-every", "4", "--eval-examples", "32", "--log-every", "1",
+        "--checkpoint-every", "2", "--vocab-size", "64", "--heldout-fraction", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A tokenizer and shards made once, copied into every run directory (prepare_data reuses them)."""
+    root = tmp_path_factory.mktemp("prepared")
+    corpus = root / "corpus.txt"
+    # Learnable text: 40 fixed sentences; a document is a run of consecutive ones (so the order,
+    # and any masked word, can be inferred from context).
+    animals = "cat dog cow horse sheep goat lion bear wolf fox".split()
+    places = "field house river hill forest town garden road barn cave".split()
+    verbs = "sat ran slept walked stood ate played hid waited looked".split()
+    sentences = [f"The {animals[i % 10]} {verbs[(3 * i) % 10]} near the {places[(7 * i) % 10]} number {i}."
+                 for i in range(40)]
+    docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(80)]
+    corpus.write_text("\n\n".join(docs) + "\n")
+    train_tokenizer(str(corpus), root / "tokenizer", vocab_size=64, strict=True)
+    build_dataset(str(corpus), root / "tokenizer", root / "data",
+                  BuildSettings(max_seq_length=64, heldout_fraction=0.1), progress=False)
+    return root, str(corpus)
+
+
+def _run_dir(prepared, path: Path) -> Path:
+    root, _ = prepared
+    path.mkdir(parents=True)
+    shutil.copytree(root / "tokenizer", path / "tokenizer")
+    shutil.copytree(root / "data", path / "data")
+    return path
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl") if r["split"] == "train"}
+
+
+def test_run_learns_and_writes_a_loadable_model(prepared, tmp_path):
+    _, corpus = prepared
+    recipe = PretrainRecipe(**{**RECIPE, "steps": 120, "eval_every": 120, "checkpoint_every": 120, "warmup_steps": 10}, corpus=corpus)
+    summary = pretrain(recipe, _run_dir(prepared, tmp_path / "run"), progress=False)
+    losses = _losses(tmp_path / "run")
+    assert sum(losses[s] for s in range(111, 121)) / 10 < losses[1] - 0.5
+    assert summary["eval"]["mlm_loss"] < math.log(64)  # better than a uniform guess over the vocabulary
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "run" / "model")
+    assert hf.config.vocab_size == 64
+    assert (tmp_path / "run" / "model" / "spiece.model").exists()
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def _cli(args, cwd, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "albertlm.cli", "pretrain", *args, "--no-progress"],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_killed_run_resumes_bit_for_bit(prepared, tmp_path):
+    _, corpus = prepared
+    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--device", "cpu"]
+    ref_dir = _run_dir(prepared, tmp_path / "ref")
+    assert _cli([*args, "--name", "ref"], tmp_path).wait(timeout=300) == 0
+    # the same run, killed with SIGKILL once a checkpoint exists, then started again
+    run = _run_dir(prepared, tmp_path / "killed")
+    proc = _cli([*args, "--name", "killed"], tmp_path)
+    latest = run / "checkpoints" / "latest"
+    deadline = time.time() + 240
+    while not latest.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = latest.read_text().strip()
+    assert killed_at.startswith("step-") and not (run / "model").exists(), "the kill came too late to test resume"
+    again = _cli([*args, "--name", "killed"], tmp_path)
+    out = again.communicate(timeout=300)[0]
+    assert again.returncode == 0, out
+    assert "resuming" in out
+    assert _losses(run) == _losses(ref_dir)  # bitwise: same floats at every step
+    assert sorted(_losses(run)) == list(range(1, 9))
+
+
+@pytest.mark.multiprocess
+def test_two_processes_equal_one(prepared, tmp_path):
+    _, corpus = prepared
+    one = _run_dir(prepared, tmp_path / "one")
+    pretrain(PretrainRecipe(**RECIPE, corpus=corpus), one, DistContext(), progress=False)
+    _run_dir(prepared, tmp_path / "two")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531",
+           "-m", "albertlm.cli", "pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--name", "two",
+           "--no-progress", "--device", "cpu"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    a, b = _losses(one), _losses(tmp_path / "two")
+    assert a.keys() == b.keys()
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), step
+    setup = [r for r in read_metrics(tmp_path / "two" / "metrics.jsonl") if r["split"] == "setup"][0]
+    assert setup["world_size"] == 2 and setup["allreduce_bytes_per_step"] > 0
+    state = json.loads((tmp_path / "two" / "checkpoints" / "step-00000008" / "trainer.json").read_text())
+    assert isinstance(state["data"], list) and len(state["data"]) == 2
