@@ -116,10 +116,21 @@ class Architecture:
     """The head rows; issue 5's heads add e.g. `_linear("classifier", "classifier", num_labels, H)`."""
 
 
+def _classifier(config: AlbertConfig) -> list[Row]:
+    return _linear("classifier", "classifier", config.num_labels, config.hidden_size)
+
+
 # Keyed by class name, identical here and in transformers.
 ARCHITECTURES: dict[str, Architecture] = {
     "AlbertModel": Architecture("", ""),
     "AlbertForPreTraining": Architecture("albert.", "albert.", _pretraining_heads),
+    # Fine-tuning heads (heads.py); token classification and QA have no pooler.
+    "AlbertForSequenceClassification": Architecture("albert.", "albert.", _classifier),
+    "AlbertForTokenClassification": Architecture("albert.", "albert.", _classifier),
+    "AlbertForQuestionAnswering": Architecture(
+        "albert.", "albert.", lambda c: _linear("qa_outputs", "qa_outputs", c.num_labels, c.hidden_size)),
+    "AlbertForMultipleChoice": Architecture(
+        "albert.", "albert.", lambda c: _linear("classifier", "classifier", 1, c.hidden_size)),
 }
 
 

@@ -1,0 +1,206 @@
+"""Named-entity recognition: CoNLL-style token-per-line files and CLUENER JSON.
+
+    read_conll     `token ... tag` per line (space or tab separated), blank line between
+                   sentences, `-DOCSTART-` lines dropped; `.gz` read directly. IOB1 tags
+                   (CoNLL-2003) become BIO (an I-X that does not continue an X entity becomes B-X;
+                   BIO passes unchanged). Weibo NER's tokens carry a word-segmentation position
+                   (`科0`, `a10`): `strip_segpos` removes it.
+    read_cluener   JSON lines `{"text", "label": {type: {mention: [[start, end]]}}}`, end inclusive,
+                   one token per character.
+
+A sentence with a malformed line (one field, a tag that is neither O nor B-/I-/E-/S-TYPE) is
+skipped whole and reported once by its first bad line (tasks/common.py).
+
+Every word is encoded on its own; the tag is trained and predicted on its first piece (the other
+pieces get -100), as transformers' token-classification examples do. A sentence longer than the
+input is cut into consecutive chunks, so every word gets a prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from albertlm.errors import AlbertlmError
+from albertlm.tasks.common import IGNORE_INDEX, Feature, FeatureSettings, RowErrors, encode_words, numbered_lines
+from albertlm.tasks.metrics import iob1_to_bio
+from albertlm.tokenizer import CLS_ID, SEP_ID
+
+_TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
+_SEGPOS_RE = re.compile(r"\d+$")
+
+
+@dataclass
+class TokenExample:
+    """One sentence: tokens and their tags."""
+
+    guid: str
+    tokens: list[str]
+    tags: list[str] | None = None
+    """BIO tags, one per token; None when unknown."""
+
+
+def read_conll(path: str | Path, *, token_col: int = 0, tag_col: int = -1, strip_segpos: bool = False,
+               strict: bool = False) -> list[TokenExample]:
+    """Read a CoNLL-style file (see the module docstring).
+
+    Args:
+        path: the file (`.gz` allowed).
+        token_col, tag_col: field indices of the token and its tag.
+        strip_segpos: drop trailing digits from every token (Weibo NER), keeping at least one character.
+        strict: raise on the first malformed line.
+    Returns:
+        One example per sentence, tags converted to BIO.
+    """
+    path = Path(path)
+    errors = RowErrors(path, strict)
+    out: list[TokenExample] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    bad: tuple[int, str] | None = None
+    start = 0
+
+    def flush() -> None:
+        nonlocal tokens, tags, bad
+        if bad is not None:
+            errors(*bad)
+        elif tokens:
+            out.append(TokenExample(f"{path.name}-{start}", tokens, iob1_to_bio(tags)))
+        tokens, tags, bad = [], [], None
+
+    for n, line in numbered_lines(path):
+        fields = line.split("\t") if "\t" in line else line.split()
+        if not line.strip() or fields[0] == "-DOCSTART-":
+            flush()
+            continue
+        if not tokens and bad is None:
+            start = n
+        if len(fields) < 2:
+            bad = bad or (n, f"expected a token and a tag, found {len(fields)} field(s)")
+            continue
+        try:
+            token, tag = fields[token_col].strip(), fields[tag_col].strip()
+        except IndexError:
+            bad = bad or (n, f"no field {token_col} / {tag_col} in {len(fields)} fields")
+            continue
+        if not _TAG_RE.match(tag):
+            bad = bad or (n, f"tag {tag!r} is not O or B-/I-/E-/S-TYPE")
+            continue
+        if strip_segpos:
+            token = _SEGPOS_RE.sub("", token) or token[0]
+        tokens.append(token)
+        tags.append(tag)
+    flush()
+    errors.finish(len(out))
+    if not out:
+        raise AlbertlmError(f"{path}: no sentences")
+    return out
+
+
+def read_cluener(path: str | Path, strict: bool = False) -> list[TokenExample]:
+    """Read CLUENER 2020 JSON lines into character tokens with BIO tags (see the module docstring).
+
+    A record whose mention text disagrees with its span, or whose spans overlap, is malformed.
+    """
+    path = Path(path)
+    errors = RowErrors(path, strict)
+    out: list[TokenExample] = []
+    for n, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            text = rec["text"]
+            chars = list(text)
+            labelled = isinstance(rec.get("label"), dict)
+            tags = ["O"] * len(chars)
+            for typ, mentions in (rec.get("label") or {}).items():
+                for mention, spans in mentions.items():
+                    for s, e in spans:
+                        if text[s:e + 1] != mention:
+                            raise ValueError(f"span [{s}, {e}] is {text[s:e + 1]!r}, not {mention!r}")
+                        if any(t != "O" for t in tags[s:e + 1]):
+                            raise ValueError(f"span [{s}, {e}] of {mention!r} overlaps another entity")
+                        tags[s:e + 1] = [f"B-{typ}"] + [f"I-{typ}"] * (e - s)
+        except json.JSONDecodeError as exc:
+            errors(n, f"invalid JSON ({exc.msg})")
+            continue
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            errors(n, str(exc) if isinstance(exc, ValueError) else f"malformed record ({type(exc).__name__}: {exc})")
+            continue
+        if not chars:
+            errors(n, "empty text")
+            continue
+        out.append(TokenExample(str(rec.get("id", f"{path.name}-{n}")), chars, tags if labelled else None))
+    errors.finish(len(out))
+    if not out:
+        raise AlbertlmError(f"{path}: no sentences")
+    return out
+
+
+def tag_list(examples: Sequence[TokenExample]) -> list[str]:
+    """The tag set of some examples: O first, then by entity type, B before I (stable ids)."""
+    tags = {t for e in examples for t in (e.tags or [])}
+    rest = sorted(tags - {"O"}, key=lambda t: (t[2:], t[0]))
+    return ["O", *rest]
+
+
+def ner_features(examples: Sequence[TokenExample], tokenizer, labels: Sequence[str],
+                 settings: FeatureSettings) -> list[Feature]:
+    """`[CLS] pieces [SEP]` per sentence (or per chunk of a long one), tags on first pieces.
+
+    Returns:
+        Features with input_ids, token_type_ids [S], labels int [S] (-100 off first pieces, and
+        for tags the label set lacks) and meta: words (first, last+1 word of the chunk) and
+        first_piece int [words] (the position of each word's first piece).
+    """
+    label2id = {t: i for i, t in enumerate(labels)}
+    flat = [t for e in examples for t in e.tokens]
+    encoded = [ids for ids, _ in encode_words(tokenizer, flat)]
+    room = settings.max_seq_length - 2
+    features, k = [], 0
+    for i, ex in enumerate(examples):
+        words = encoded[k:k + len(ex.tokens)]
+        k += len(ex.tokens)
+        begin = 0
+        while begin < len(words):
+            end, used = begin, 0
+            while end < len(words) and (end == begin or used + len(words[end]) <= room):
+                used += len(words[end])
+                end += 1
+            pieces = [w[:room] for w in words[begin:end]]  # a single over-long word is cut
+            first = np.cumsum([1] + [len(p) for p in pieces[:-1]])  # after [CLS]
+            ids = np.concatenate([[CLS_ID], *pieces, [SEP_ID]]).astype(np.int64)
+            inputs = {"input_ids": ids, "token_type_ids": np.zeros(len(ids), dtype=np.int64)}
+            if ex.tags is not None:
+                lab = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+                lab[first] = [label2id.get(t, IGNORE_INDEX) for t in ex.tags[begin:end]]
+                inputs["labels"] = lab
+            features.append(Feature(inputs, i, {"words": (begin, end), "first_piece": first}))
+            begin = end
+    return features
+
+
+def ner_predictions(examples: Sequence[TokenExample], features: Sequence[Feature],
+                    logits: Sequence[np.ndarray], labels: Sequence[str]) -> list[list[str]]:
+    """Per-feature logits [S, num_labels] → one tag per word of every example."""
+    out = [["O"] * len(e.tokens) for e in examples]
+    for f, lg in zip(features, logits):
+        begin, end = f.meta["words"]
+        out[f.example][begin:end] = [labels[j] for j in np.asarray(lg)[f.meta["first_piece"]].argmax(-1)]
+    return out
+
+
+def write_predictions(path: str | Path, examples: Sequence[TokenExample], predictions: Sequence[Sequence[str]]) -> None:
+    """conlleval's input: `token gold predicted` per line, a blank line between sentences."""
+    lines = []
+    for ex, pred in zip(examples, predictions):
+        gold = ex.tags or ["O"] * len(ex.tokens)
+        lines += [f"{t if t.strip() else '_'} {g} {p}" for t, g, p in zip(ex.tokens, gold, pred)]
+        lines.append("")
+    Path(path).write_text("\n".join(lines), encoding="utf-8")

@@ -1,0 +1,348 @@
+"""The fine-tuning recipe: any registered task, from any ALBERT directory, best dev checkpoint kept.
+
+`finetune(task, model_dir, data_dir, out_dir, recipe)` reads the task's train and dev splits,
+builds the task's head on the pretrained backbone (our `albertlm pretrain` output or any Hugging
+Face ALBERT directory with spiece.model), and trains with the step shared with pretraining
+(train/loop.train_step): AdamW, linear warmup then linear decay to 0 (`optim.lr_at`), gradient
+clipping at 1.0. Every `eval_every` steps it scores the dev split; whenever the task's main metric
+improves, the model is written to `out_dir` (config.json with num_labels / id2label / problem_type /
+architectures, model.safetensors, spiece.model + tokenizer_config.json) together with the dev
+predictions in the task's usual format. So `out_dir` always holds the best dev checkpoint, which is
+what the paper reports (Table 14 note), and it loads in transformers' class of the same name.
+`patience` evaluations without improvement stop the run early.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from albertlm.config import AlbertConfig
+from albertlm.distributed import DistContext
+from albertlm.errors import AlbertlmError
+from albertlm.heads import HEADS
+from albertlm.optim import build_optimizer, lr_at
+from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
+from albertlm.tasks.registry import TaskSpec, get_task
+from albertlm.train.loop import StepSettings, train_step
+from albertlm.train.metrics import MetricsLogger
+
+
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    """Fine-tuning settings; unset (None) fields take the task's default (paper Table 14 where it has one)."""
+
+    lr: float | None = None
+    """Peak learning rate."""
+    batch_size: int | None = None
+    """Examples (features) per optimizer step."""
+    micro_batch_size: int | None = None
+    """Examples per forward pass (gradient accumulation up to batch_size); default: the whole batch."""
+    dropout: float | None = None
+    """ALBERT hidden and attention dropout (Table 14: 0 or 0.1)."""
+    classifier_dropout: float | None = None
+    """Dropout before the classifier (Table 14: 0.1)."""
+    steps: int | None = None
+    """Optimizer steps (default: Table 14's, else `epochs` passes over the training set)."""
+    epochs: float | None = None
+    """Passes over the training set; overrides the task's step count."""
+    warmup_steps: int | None = None
+    """Linear warmup steps (default: Table 14's share of the steps, else a tenth of them)."""
+    max_seq_length: int | None = None
+    """Pieces per input (capped by the model's max_position_embeddings)."""
+    doc_stride: int = 128
+    """QA: pieces between two windows over a long context."""
+    max_query_length: int = 64
+    """QA: question pieces kept."""
+    max_answer_length: int = 30
+    """QA: longest answer predicted, in pieces."""
+    optimizer: str = "adamw"
+    """adamw (the official fine-tuning optimizer) or lamb."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (LayerNorm and biases excluded)."""
+    clip_norm: float = 1.0
+    """Global gradient-norm clip."""
+    precision: str = "fp32"
+    """fp32, bf16 or fp16 (GPU)."""
+    eval_every: int | None = None
+    """Evaluate on dev every N steps (default: 10 evaluations per run) and at the end."""
+    eval_batch_size: int = 64
+    """Features per evaluation forward pass."""
+    patience: int = 0
+    """Stop after this many evaluations without a better dev score; 0 never stops early."""
+    max_train_examples: int | None = None
+    """Use a random subset of this many training examples (quick runs)."""
+    max_eval_examples: int | None = None
+    """Score only the first N dev examples."""
+    log_every: int = 10
+    """Write training metrics every N steps."""
+    seed: int = 0
+    """Seed of the head's initialisation, the subset, the data order and dropout."""
+    strict: bool = False
+    """Raise on the first malformed data row instead of skipping and reporting it."""
+
+    def __post_init__(self) -> None:
+        # The CLI passes unset numeric options as strings (their default is None): type them here.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str) and f.name not in ("optimizer", "precision"):
+                kind = int if "int" in str(f.type) else float
+                try:
+                    object.__setattr__(self, f.name, kind(value))
+                except ValueError:
+                    raise AlbertlmError(f"{f.name} must be a {kind.__name__}, got {value!r}") from None
+        if self.optimizer not in ("adamw", "lamb") or self.precision not in ("fp32", "bf16", "fp16"):
+            raise AlbertlmError("optimizer must be adamw or lamb, precision fp32, bf16 or fp16")
+        for name in ("lr", "batch_size", "micro_batch_size", "steps", "epochs", "max_seq_length", "eval_every",
+                     "max_train_examples", "max_eval_examples"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def resolve(self, spec: TaskSpec, n_train: int) -> FinetuneRecipe:
+        """A copy with every task default filled in, for `n_train` training features."""
+        paper = spec.recipe
+        batch = self.batch_size or paper.batch_size
+        if self.epochs is not None or (self.steps is None and paper.steps is None):
+            steps = math.ceil((self.epochs or paper.epochs) * n_train / batch)
+        else:
+            steps = self.steps or paper.steps
+        if self.warmup_steps is not None:
+            warmup = self.warmup_steps
+        elif paper.steps and paper.warmup_steps is not None:  # keep Table 14's warmup share
+            warmup = round(steps * paper.warmup_steps / paper.steps)
+        else:
+            warmup = round(0.1 * steps)
+        return dataclasses.replace(
+            self, lr=self.lr or paper.lr, batch_size=batch, micro_batch_size=min(self.micro_batch_size or batch, batch),
+            dropout=paper.dropout if self.dropout is None else self.dropout,
+            classifier_dropout=paper.classifier_dropout if self.classifier_dropout is None else self.classifier_dropout,
+            steps=max(1, steps), warmup_steps=min(warmup, steps), epochs=None,
+            max_seq_length=self.max_seq_length or paper.max_seq_length,
+            eval_every=self.eval_every or max(1, steps // 10))
+
+
+# ---------------------------------------------------------------------------- loading
+def load_tokenizer(model_dir: str | Path):
+    """The SentencePiece tokenizer of a model directory (spiece.model [+ tokenizer_config.json])."""
+    from albertlm.tokenizer import Tokenizer
+
+    model_dir = Path(model_dir)
+    if not (model_dir / "spiece.model").is_file():
+        wordpiece = (model_dir / "vocab.txt").exists()
+        hint = " (a WordPiece vocab.txt, as albert_zh uses, is not supported)" if wordpiece else ""
+        raise AlbertlmError(f"{model_dir}: no spiece.model for the tokenizer{hint}")
+    return Tokenizer.load(model_dir)
+
+
+def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, recipe: FinetuneRecipe,
+                settings: FeatureSettings) -> AlbertConfig:
+    """The pretrained config with the task's head fields and the recipe's dropouts.
+
+    config.json also records the task (`finetuning_task`, a transformers field) and the feature
+    settings (`albertlm_features`), so `albertlm evaluate` / `predict` rebuild the same inputs.
+    """
+    classification = spec.family.name == "classification"
+    regression = spec.problem_type == "regression" and classification
+    num_labels = 1 if regression else len(labels) if labels else 2
+    extra = {**base.extra, "finetuning_task": spec.name,
+             "albertlm_features": dataclasses.asdict(settings)}
+    return base.replace(num_labels=num_labels, id2label=dict(enumerate(labels)) if labels else None,
+                        problem_type=spec.problem_type if classification else None,
+                        hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout,
+                        classifier_dropout_prob=recipe.classifier_dropout, extra=extra)
+
+
+def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
+    """The task's head class from `model_dir`; a head the directory lacks starts random, silently."""
+    with warnings.catch_warnings():  # a pretrained directory has no task head: expected here
+        warnings.filterwarnings("ignore", message=".*randomly initialised.*")
+        return HEADS[spec.family.head].from_pretrained(model_dir, config=config)
+
+
+# ---------------------------------------------------------------------------- running the head
+def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in arrays.items()}
+
+
+@torch.no_grad()
+def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batch_size: int,
+                 device: torch.device) -> dict[str, list[np.ndarray]]:
+    """The head's outputs for every feature, in feature order.
+
+    Returns:
+        {output name: one float32 array per feature} ([num_labels], [C], or [S_feature, ...] for
+        per-position outputs, trimmed to the feature's own length).
+    """
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(features)), key=lambda i: len(features[i]))  # similar lengths share a batch
+    out: dict[str, list] = {name: [None] * len(features) for name in spec.family.outputs}
+    for k in range(0, len(order), batch_size):
+        idx = order[k:k + batch_size]
+        batch = pad_batch([features[i] for i in idx])
+        batch = {n: v for n, v in batch.items() if n in ("input_ids", "attention_mask", "token_type_ids")}
+        result = model(**to_device(batch, device))
+        for name in spec.family.outputs:
+            values = getattr(result, name).float().cpu().numpy()
+            for row, i in zip(values, idx):
+                out[name][i] = row[:len(features[i])] if spec.family.per_position else row
+    model.train(was_training)
+    return out
+
+
+def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Feature], labels: list[str] | None,
+          settings: FeatureSettings, batch_size: int, device: torch.device) -> tuple[dict[str, float], list]:
+    """(metrics, predictions) of the model on some examples; metrics are empty for unlabelled examples."""
+    outputs = run_features(model, spec, features, batch_size, device)
+    predictions = spec.family.predict(spec, examples, features, outputs, labels, settings)
+    labelled = all(getattr(e, "label", getattr(e, "tags", True)) is not None for e in examples)
+    return (spec.metric(examples, predictions) if labelled else {}), predictions
+
+
+def feature_settings(recipe: FinetuneRecipe, config: AlbertConfig) -> FeatureSettings:
+    return FeatureSettings(max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings),
+                           doc_stride=recipe.doc_stride, max_query_length=recipe.max_query_length,
+                           max_answer_length=recipe.max_answer_length)
+
+
+# ---------------------------------------------------------------------------- the run
+def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, out_dir: str | Path,
+             recipe: FinetuneRecipe | None = None, *, device: str | torch.device = "cpu",
+             progress: bool = True) -> dict[str, Any]:
+    """Fine-tune a pretrained ALBERT on a task and keep the best dev checkpoint.
+
+    Args:
+        task: a task name (tasks/registry.py) or a TaskSpec.
+        model_dir: pretrained model directory (config.json, weights, spiece.model).
+        data_dir: the task's data directory (train and dev files, names per the task).
+        out_dir: where the best model, predictions_dev.*, metrics.jsonl, tensorboard/ and
+            results.json go.
+        recipe: settings; None takes every task default.
+        device: torch device ("cpu", "cuda", "auto").
+        progress: show a progress bar.
+    Returns:
+        The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
+    """
+    spec = get_task(task) if isinstance(task, str) else task
+    recipe = recipe or FinetuneRecipe()
+    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                          "cpu" if device == "auto" else device)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
+    rng = np.random.default_rng(recipe.seed)
+    tokenizer = load_tokenizer(model_dir)
+    base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
+
+    train_ex = spec.read(data_dir, "train", recipe.strict)
+    dev_ex = spec.read(data_dir, "dev", recipe.strict)
+    if recipe.max_train_examples and recipe.max_train_examples < len(train_ex):
+        keep = np.sort(rng.choice(len(train_ex), recipe.max_train_examples, replace=False))
+        train_ex = [train_ex[i] for i in keep]
+    dev_ex = dev_ex[:recipe.max_eval_examples] if recipe.max_eval_examples else dev_ex
+    labels = spec.label_list(data_dir, train_ex)
+    partial = recipe.resolve(spec, 1)  # everything but the step counts, which need the feature count
+    settings = feature_settings(partial, base)
+    train_f = spec.family.featurize(spec, train_ex, tokenizer, labels, settings, True)
+    dev_f = spec.family.featurize(spec, dev_ex, tokenizer, labels, settings, False)
+    if not train_f or not dev_f:
+        raise AlbertlmError(f"task {spec.name}: no usable {'training' if not train_f else 'dev'} examples")
+    r = recipe.resolve(spec, len(train_f))
+    (out_dir / "recipe.json").write_text(json.dumps({"task": spec.name, **dataclasses.asdict(r)}, indent=2))
+
+    torch.manual_seed(r.seed)
+    config = head_config(spec, base, labels, r, settings)
+    model = load_head(spec, model_dir, config).to(device).train()
+    optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
+    step_settings = StepSettings(precision=r.precision, clip_norm=r.clip_norm)
+    ctx = DistContext(device=device)
+    tokens = spec.family.count == "tokens"
+
+    def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"n": float((batch["labels"] != -100).sum()) if tokens else float(len(batch["input_ids"]))}
+
+    def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
+        out = model(**batch)
+        n = count(batch)["n"]
+        if n == 0:  # a micro-batch without a labelled token: no loss, keep the graph connected
+            return out.logits.sum() * 0.0, {"loss_sum": 0.0}
+        return out.loss * (n / totals["n"]), {"loss_sum": float(out.loss.detach()) * n}
+
+    logger = MetricsLogger(out_dir)
+    logger.log(0, "setup", {"task": spec.name, "train_examples": len(train_ex), "train_features": len(train_f),
+                            "dev_examples": len(dev_ex), "parameters": model.num_parameters(), **dataclasses.asdict(r)})
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=r.steps, desc=f"finetune {spec.name}", unit="step", dynamic_ncols=True)
+    best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
+    last: dict[str, float] = {}
+    bad_evals, step, start = 0, 0, time.perf_counter()
+    order = np.zeros(0, dtype=np.int64)
+    while step < r.steps:
+        while len(order) < r.batch_size:  # a fresh shuffle per epoch, the remainder carried over
+            order = np.concatenate([order, rng.permutation(len(train_f))])
+        idx, order = order[:r.batch_size], order[r.batch_size:]
+        micro = [to_device(pad_batch([train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
+                 for k in range(0, len(idx), r.micro_batch_size)]
+        lr = lr_at(step, r.lr, r.warmup_steps, r.steps)
+        m = train_step(model, optimizer, micro, lr=lr, loss_fn=loss_fn, count_fn=count, ctx=ctx, settings=step_settings)
+        step += 1
+        train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
+        if step % r.log_every == 0 or step == r.steps:
+            logger.log(step, "train", {"loss": train_loss, "lr": lr, "grad_norm": m["grad_norm"],
+                                       "skipped": m["skipped"]})
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.4f}", best=f"{best['value']:.4f}" if best["value"] is not None else "-")
+        if step % r.eval_every == 0 or step == r.steps:
+            last, predictions = score(model, spec, dev_ex, dev_f, labels, settings, r.eval_batch_size, device)
+            logger.log(step, "eval", last)
+            value = last.get(spec.main_metric, float("nan"))
+            value = -math.inf if math.isnan(value) else value
+            if best["value"] is None or value > best["value"]:
+                best = {"value": value, "step": step, "metrics": last}
+                bad_evals = 0
+                model.save_pretrained(out_dir)
+                tokenizer.save(out_dir)
+                spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", dev_ex, predictions)
+            else:
+                bad_evals += 1
+                if r.patience and bad_evals >= r.patience:
+                    break
+    if bar is not None:
+        bar.close()
+    logger.close()
+    results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
+               "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(train_ex),
+               "train_features": len(train_f), "dev_examples": len(dev_ex),
+               "train_seconds": time.perf_counter() - start, "model_dir": str(model_dir), "out_dir": str(out_dir),
+               "recipe": dataclasses.asdict(r)}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """The end-of-run table: every dev metric of the best checkpoint (x100 except counts) and the last eval."""
+    best, last = results["best"], results.get("last", {})
+    names = [k for k in best if k not in ("total", "entities")]
+    lines = [f"{'metric':<20}{'best (step ' + str(results['best_step']) + ')':>18}{'last':>10}"]
+    for k in names:
+        mark = " *" if k == results["main_metric"] else ""
+        lines.append(f"{k + mark:<20}{100 * best[k]:>18.2f}{100 * last.get(k, float('nan')):>10.2f}")
+    lines.append(f"{results['task']}: {results['steps']} steps, {results['train_examples']:,} training examples, "
+                 f"{results['dev_examples']:,} dev examples, {results['train_seconds'] / 60:.1f} min"
+                 + (" (stopped early)" if results["stopped_early"] else ""))
+    lines.append(f"best model (loads in transformers): {results['out_dir']}")
+    return "\n".join(lines)

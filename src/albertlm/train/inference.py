@@ -1,0 +1,215 @@
+"""Using a model directory: score a fine-tuned model on a task split, predict from raw input, fill masks.
+
+A fine-tuned directory says what it is in config.json: `architectures` (the head class),
+`id2label`, `problem_type`, `finetuning_task` and `albertlm_features` (the input settings it was
+trained with); directories fine-tuned by transformers work too (then the task must be named and
+the feature settings are the task's defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from albertlm.config import AlbertConfig
+from albertlm.errors import AlbertlmError
+from albertlm.heads import HEADS
+from albertlm.tasks.common import Feature, FeatureSettings, split_words
+from albertlm.tasks.registry import get_task
+from albertlm.train.finetune import load_tokenizer, run_features, score
+
+
+def _device(device: str | torch.device) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def read_architecture(model_dir: str | Path) -> tuple[str, AlbertConfig]:
+    """(head class name from config.json's `architectures`, the config)."""
+    path = Path(model_dir) / "config.json"
+    config = AlbertConfig.from_json_file(path)
+    archs = json.loads(path.read_text(encoding="utf-8")).get("architectures") or ["AlbertModel"]
+    return archs[0], config
+
+
+def _labels(config: AlbertConfig) -> list[str] | None:
+    if config.problem_type == "regression" or config.num_labels == 1:
+        return None
+    names = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
+    return [names[i] for i in range(config.num_labels)]
+
+
+def _settings(config: AlbertConfig, default_length: int = 128) -> FeatureSettings:
+    saved = config.extra.get("albertlm_features") or {}
+    known = {f.name for f in dataclasses.fields(FeatureSettings)}
+    settings = FeatureSettings(**{k: v for k, v in saved.items() if k in known})
+    if "max_seq_length" not in saved:
+        settings = dataclasses.replace(settings, max_seq_length=default_length)
+    return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
+
+
+def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
+    """(model in eval mode, its config, its tokenizer) of a fine-tuned directory."""
+    arch, config = read_architecture(model_dir)
+    if arch not in HEADS:
+        raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
+    model = HEADS[arch].from_pretrained(model_dir).to(_device(device)).eval()
+    return model, config, load_tokenizer(model_dir)
+
+
+def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev",
+                 *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
+                 device: str | torch.device = "cpu", strict: bool = False) -> dict[str, Any]:
+    """Score a fine-tuned model on one split of a task.
+
+    Args:
+        model_dir: the fine-tuned directory.
+        data_dir: the task's data directory (or the split's file).
+        task: the task name; default: config.json's `finetuning_task`.
+        split: dev, test or train.
+        batch_size: features per forward pass.
+        max_examples: score only the first N examples.
+        predictions: also write the predictions there, in the task's format.
+        device: torch device.
+        strict: raise on the first malformed row.
+    Returns:
+        {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels).
+    """
+    model, config, tokenizer = load_finetuned(model_dir, device)
+    task = task or config.extra.get("finetuning_task")
+    if not task:
+        raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
+    spec = get_task(task)
+    arch = type(model).__name__
+    if spec.family.head != arch:
+        raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
+    labels = _labels(config) if spec.family.name in ("classification", "ner") else None
+    if labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)) and spec.labels:
+        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
+    examples = spec.read(data_dir, split, strict)
+    examples = examples[:max_examples] if max_examples else examples
+    settings = _settings(config, spec.recipe.max_seq_length)
+    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
+    device = next(model.parameters()).device
+    metrics, preds = score(model, spec, examples, features, labels, settings, batch_size, device)
+    if predictions is not None:
+        spec.family.write(Path(predictions), examples, preds)
+    return {"task": spec.name, "split": split, "examples": len(examples), "metrics": metrics}
+
+
+def _parse_json_line(line: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        raise AlbertlmError(f"expected a JSON object with {', '.join(keys)}, got {line[:60]!r}") from None
+    if not isinstance(record, dict) or any(k not in record for k in keys):
+        raise AlbertlmError(f"expected a JSON object with {', '.join(keys)}, got {line[:60]!r}")
+    return record
+
+
+def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
+                  batch_size: int = 64) -> list[str]:
+    """Predictions of a fine-tuned model for raw input lines, one output line per input line.
+
+    Input per head: sequence classification `text` or `text_a<TAB>text_b` → `label<TAB>probability`
+    (regression: the score; multi-label: the labels above 0.5, comma-separated); token
+    classification `text` → `word/TAG` per word; question answering `question<TAB>context` or JSON
+    {"question", "context"} → the answer ("" for none); multiple choice JSON {"context" or
+    "article", "question", "options"} → the option letter and text.
+    """
+    from albertlm.tasks import glue, multiple_choice, ner, squad
+    from albertlm.tasks.registry import FAMILIES, TaskSpec
+
+    model, config, tokenizer = load_finetuned(model_dir, device)
+    arch = type(model).__name__
+    family = next(f for f in FAMILIES.values() if f.head == arch)
+    problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
+    spec = TaskSpec("predict", family, "", {}, lambda *a: [], lambda *a: {}, "", problem_type=problem)
+    settings = _settings(config)
+    lines = [line.rstrip("\r\n") for line in lines if line.strip()]
+    labels = _labels(config)
+    if family.name == "classification":
+        examples = [glue.TextExample(str(i), *(line.split("\t", 1) + [None])[:2]) for i, line in enumerate(lines)]
+    elif family.name == "ner":
+        examples = [ner.TokenExample(str(i), [w for w, _ in split_words(line, tokenizer.chinese)] or ["."])
+                    for i, line in enumerate(lines)]
+    elif family.name == "qa":
+        examples = []
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("{"):
+                rec = _parse_json_line(line, ("question", "context"))
+                q, c = rec["question"], rec["context"]
+            elif "\t" in line:
+                q, c = line.split("\t", 1)
+            else:
+                raise AlbertlmError(f"line {i + 1}: expected question<TAB>context or JSON {{question, context}}")
+            examples.append(squad.SquadExample(str(i), q, c))
+    else:
+        examples = []
+        for i, line in enumerate(lines):
+            rec = _parse_json_line(line, ("question", "options"))
+            examples.append(multiple_choice.ChoiceExample(str(i), rec.get("context", rec.get("article", "")),
+                                                          rec["question"], list(rec["options"])))
+    if not examples:
+        return []
+    features: list[Feature] = family.featurize(spec, examples, tokenizer, labels, settings, False)
+    outputs = run_features(model, spec, features, batch_size, next(model.parameters()).device)
+    if family.name == "classification" and spec.problem_type == "single_label_classification":
+        logits = np.stack(outputs["logits"])
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return [f"{labels[j]}\t{p[j]:.4f}" for j, p in zip(probs.argmax(-1), probs)]
+    preds = family.predict(spec, examples, features, outputs, labels, settings)
+    if family.name == "classification":
+        return [",".join(p) if isinstance(p, list) else f"{p:.4f}" for p in preds]
+    if family.name == "ner":
+        return [" ".join(f"{w}/{t}" for w, t in zip(e.tokens, p)) for e, p in zip(examples, preds)]
+    if family.name == "qa":
+        return list(preds)
+    return [f"{multiple_choice.LETTERS[p]}\t{e.options[p]}" for e, p in zip(examples, preds)]
+
+
+@torch.no_grad()
+def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | torch.device = "cpu"
+              ) -> tuple[str, list[list[tuple[str, float]]]]:
+    """Fill every [MASK] of a text with a pretrained model's MLM head.
+
+    Args:
+        model_dir: a pretrained directory (ours, or transformers' AlbertForPreTraining / AlbertForMaskedLM).
+        text: text containing at least one literal [MASK].
+        top_k: candidates per mask.
+        device: torch device.
+    Returns:
+        (the text with every mask replaced by its best piece, [[(piece, probability)] per mask]).
+    """
+    import warnings
+
+    from albertlm.model import AlbertForPreTraining
+    from albertlm.tokenizer import MASK_ID
+
+    tokenizer = load_tokenizer(model_dir)
+    with warnings.catch_warnings():  # the SOP head plays no part here
+        warnings.filterwarnings("ignore", message=".*SOP head.*")
+        model = AlbertForPreTraining.from_pretrained(model_dir).to(_device(device)).eval()
+    ids, _ = tokenizer.build_inputs(tokenizer.encode(text))
+    positions = np.flatnonzero(ids == MASK_ID)
+    if not len(positions):
+        raise AlbertlmError("the text has no [MASK] to fill")
+    if len(ids) > model.config.max_position_embeddings:
+        raise AlbertlmError(f"the text has {len(ids)} pieces; the model takes at most "
+                            f"{model.config.max_position_embeddings}")
+    input_ids = torch.from_numpy(ids.astype(np.int64))[None].to(next(model.parameters()).device)
+    logits = model(input_ids).prediction_logits[0, positions].float()  # [masks, V]
+    probs = torch.softmax(logits, -1)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    candidates = [[(tokenizer.convert_ids_to_tokens([int(i)])[0], float(p)) for p, i in zip(ps, ix)]
+                  for ps, ix in zip(top.values, top.indices)]
+    filled = ids.copy()
+    filled[positions] = top.indices[:, 0].cpu().numpy()
+    return tokenizer.decode(filled[1:-1]), candidates

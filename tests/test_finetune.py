@@ -1,0 +1,313 @@
+"""End-to-end fine-tuning per task family on synthetic data: a tiny random ALBERT, a tiny SentencePiece
+vocabulary trained here, a few dozen steps; the loss must go down, the output directory must load in
+transformers' class of the same name with equal logits, and the CLI commands must work on it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from albertlm import AlbertConfig, AlbertForPreTraining
+from albertlm.cli import main
+from albertlm.heads import HEADS
+from albertlm.tasks.common import pad_batch
+from albertlm.tasks.registry import get_task
+from albertlm.tokenizer import Tokenizer, train_tokenizer
+from albertlm.train.finetune import FinetuneRecipe, finetune, format_results, load_tokenizer
+from albertlm.train.metrics import read_metrics
+
+POS = "good great fun lovely superb".split()
+NEG = "bad awful boring dull terrible".split()
+FILL = "the movie was a film plot actor story and it very really quite so".split()
+COLORS = "red blue green yellow purple".split()
+ANIMALS = "cat dog horse bird fish".split()
+PEOPLE = "john mary peter anna paul".split()
+CITIES = "paris london berlin rome madrid".split()
+VERBS = "went flew drove walked moved".split()
+
+
+def _sent(r: random.Random, word: str) -> str:
+    return " ".join([*r.choices(FILL, k=3), word, *r.choices(FILL, k=2)])
+
+
+def _corpus() -> list[str]:
+    r = random.Random(1)
+    words = POS + NEG + FILL + COLORS + ANIMALS + PEOPLE + CITIES + VERBS + "what which color is to ? . - _".split()
+    return [" ".join(r.choices(words, k=12)) for _ in range(600)]
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models are fastest on one thread (and do not fight parallel test processes)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, one_thread) -> Path:
+    """A randomly initialised tiny AlbertForPreTraining with a ~100-piece vocabulary trained here."""
+    path = tmp_path_factory.mktemp("pretrained")
+    train_tokenizer(_corpus(), path, vocab_size=100, log=lambda msg: None)
+    vocab = Tokenizer.load(path).vocab_size
+    config = AlbertConfig(vocab_size=vocab, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
+    torch.manual_seed(0)
+    AlbertForPreTraining(config).save_pretrained(path)
+    return path
+
+
+# ---------------------------------------------------------------------------- synthetic task files
+def write_sst(d: Path, r: random.Random) -> None:
+    for split, n in (("train", 300), ("dev", 60)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = r.randint(0, 1)
+            rows.append(f"{_sent(r, r.choice(POS if y else NEG))} .\t{y}")
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+
+
+def write_stsb(d: Path, r: random.Random) -> None:
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    for split, n in (("train", 300), ("dev", 60)):
+        rows = [head]
+        for i in range(n):
+            k = r.randint(0, 3)
+            words = r.sample(POS, k) + r.choices(FILL, k=5 - k)
+            r.shuffle(words)
+            rows.append(f"{i}\tmain-news\tx\t2012\t{i}\tnone\tnone\t{' '.join(words)}\t{_sent(r, 'film')}\t{k * 1.5:.3f}")
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+
+
+def write_squad(d: Path, r: random.Random) -> None:
+    for split, n in (("train", 200), ("dev", 40)):
+        paragraphs = []
+        for i in range(n):
+            color = r.choice(COLORS)
+            filler = r.randint(4, 30) if split == "dev" else r.randint(2, 8)  # long dev contexts need windows
+            words = [*r.choices(FILL + ANIMALS, k=filler), "is", color, *r.choices(FILL + ANIMALS, k=4)]
+            context = " ".join(words) + " ."
+            start = context.index(f" is {color} ") + 4
+            paragraphs.append({"context": context, "qas": [{"id": f"{split}{i}", "question": "what color is it ?",
+                                                           "answers": [{"text": color, "answer_start": start}]}]})
+        (d / f"{split}.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+
+
+def write_race(d: Path, r: random.Random) -> None:
+    for split, n in (("train", 120), ("dev", 30)):
+        (d / split / "middle").mkdir(parents=True)
+        for a in range(n // 2):
+            questions, options, answers = [], [], []
+            for _ in range(2):
+                opts = [r.choice(COLORS), *r.sample(ANIMALS, 3)]
+                r.shuffle(opts)
+                questions.append("which one is a color ?" if r.random() < 0.5 else "the color is _ .")
+                options.append(opts)
+                answers.append("ABCD"[next(i for i, o in enumerate(opts) if o in COLORS)])
+            article = {"id": f"middle{a}.txt", "article": " ".join(r.choices(FILL, k=12)),
+                       "questions": questions, "options": options, "answers": answers}
+            (d / split / "middle" / f"{a}.txt").write_text(json.dumps(article))
+
+
+def write_conll(d: Path, r: random.Random) -> None:
+    """IOB1 tags as CoNLL-2003 (I- everywhere, B- only between adjacent entities of one type)."""
+    for name, n in (("eng.train", 300), ("eng.testa", 60)):
+        lines = ["-DOCSTART- -X- O O", ""]
+        for _ in range(n):
+            if r.random() < 0.2:  # two adjacent people: the second starts with B-PER
+                toks = [(r.choice(PEOPLE), "I-PER"), (r.choice(PEOPLE), "B-PER"), (r.choice(VERBS), "O")]
+            else:
+                toks = [(r.choice(PEOPLE), "I-PER"), (r.choice(VERBS), "O"), ("to", "O"), (r.choice(CITIES), "I-LOC")]
+            toks += [(w, "O") for w in r.choices(FILL, k=2)] + [(".", "O")]
+            lines += [f"{w} NN I-NP {t}" for w, t in toks] + [""]
+        (d / name).write_text("\n".join(lines))
+
+
+FAMILIES = {  # task -> (writer, steps, lr)
+    "sst-2": (write_sst, 150, 3e-3),
+    "sts-b": (write_stsb, 150, 3e-3),
+    "squad-v1.1": (write_squad, 150, 3e-3),
+    "race": (write_race, 100, 3e-3),
+    "conll2003": (write_conll, 100, 3e-3),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(model_dir, tmp_path_factory) -> dict[str, tuple[Path, Path, dict]]:
+    """Fine-tune once per family: task -> (data dir, output dir, results)."""
+    out = {}
+    for task, (writer, steps, lr) in FAMILIES.items():
+        data = tmp_path_factory.mktemp(f"data-{task}")
+        writer(data, random.Random(hash(task) % 1000))
+        recipe = FinetuneRecipe(lr=lr, batch_size=16, steps=steps, warmup_steps=5, log_every=1, eval_every=steps // 2,
+                                max_seq_length=48, doc_stride=16, eval_batch_size=32)
+        results = finetune(task, model_dir, data, tmp_path_factory.mktemp(f"out-{task}"), recipe, progress=False)
+        out[task] = (data, Path(results["out_dir"]), results)
+    return out
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_loss_goes_down(runs, task):
+    _, out, results = runs[task]
+    losses = [r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
+    first, last = np.mean(losses[:5]), np.mean(losses[-5:])
+    print(f"LOSS {task}: first-5 mean {first:.4f} -> last-5 mean {last:.4f}; best {results['best']}")
+    print(format_results(results))
+    assert len(losses) == results["steps"]
+    assert last < 0.8 * first
+
+
+def test_easy_tasks_are_learned(runs):
+    assert runs["sst-2"][2]["best"]["accuracy"] > 0.9
+    assert runs["squad-v1.1"][2]["best"]["f1"] > 0.5
+    assert runs["conll2003"][2]["best"]["f1"] > 0.5
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_output_dir_loads_in_transformers(runs, task):
+    tf = pytest.importorskip("transformers")
+    data, out, _ = runs[task]
+    config = json.loads((out / "config.json").read_text())
+    spec = get_task(task)
+    arch = spec.family.head
+    assert config["architectures"] == [arch] and config["finetuning_task"] == task
+    for name in ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"):
+        assert (out / name).is_file()
+    if task == "sst-2":
+        assert config["problem_type"] == "single_label_classification" and config["id2label"] == {"0": "0", "1": "1"}
+    if task == "sts-b":
+        # transformers writes num_labels as the size of id2label, and so do we
+        assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+    if task == "conll2003":
+        # IOB1 -> BIO: every entity here is one token, so I-PER/I-LOC and the adjacent B-PER all become B-
+        assert list(config["id2label"].values()) == ["O", "B-LOC", "B-PER"]
+    theirs, info = getattr(tf, arch).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours = HEADS[arch].from_pretrained(out)
+    tok = load_tokenizer(out)
+    examples = spec.read(data, "dev")[:4]
+    labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))] if task in ("sst-2", "conll2003") else None
+    from albertlm.train.finetune import feature_settings
+
+    features = spec.family.featurize(spec, examples, tok, labels, feature_settings(
+        FinetuneRecipe(max_seq_length=48).resolve(spec, 1), ours.config), False)
+    batch = {k: torch.from_numpy(v) for k, v in pad_batch(features).items()
+             if k in ("input_ids", "attention_mask", "token_type_ids")}
+    theirs.eval()
+    with torch.no_grad():
+        a, b = ours(**batch), theirs(**batch)
+    for name in spec.family.outputs:
+        assert (getattr(a, name) - getattr(b, name)).abs().max() < 1e-5
+
+
+def test_predictions_file_in_task_format(runs):
+    assert (runs["sst-2"][1] / "predictions_dev.tsv").read_text().startswith("index\tprediction\n0\t")
+    squad_preds = json.loads((runs["squad-v1.1"][1] / "predictions_dev.json").read_text())
+    assert set(squad_preds) == {f"dev{i}" for i in range(40)}
+    race_preds = json.loads((runs["race"][1] / "predictions_dev.json").read_text())
+    assert set(race_preds.values()) <= set("ABCD") and "middle0.txt-0" in race_preds
+    conll = (runs["conll2003"][1] / "predictions_dev.txt").read_text().split("\n")[0].split()
+    assert len(conll) == 3 and conll[1] in ("B-PER", "I-PER")
+
+
+def test_best_checkpoint_is_what_was_saved(runs):
+    data, out, results = runs["sst-2"]
+    from albertlm.train.inference import evaluate_dir
+
+    again = evaluate_dir(out, data)
+    assert again["metrics"]["accuracy"] == pytest.approx(results["best"]["accuracy"])
+
+
+def test_cli_evaluate_predict_fill_mask(runs, model_dir, tmp_path, capsys):
+    data, out, _ = runs["sst-2"]
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--json", "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["accuracy"] > 0.9
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("the movie was great fun .\nthe film was awful and boring .\n")
+    assert main(["predict", "--model", str(out), str(inputs), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["1", "0"]
+    _, ner_out, _ = runs["conll2003"]
+    inputs.write_text("john went to paris .\n")
+    assert main(["predict", "--model", str(ner_out), str(inputs), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.startswith("john/")
+    _, qa_out, _ = runs["squad-v1.1"]
+    inputs.write_text("what color is it ?\tthe cat is red .\n")
+    assert main(["predict", "--model", str(qa_out), str(inputs), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.strip() in ("red", "red .", "cat is red", "is red")
+    _, mc_out, _ = runs["race"]
+    inputs.write_text(json.dumps({"context": "a film", "question": "which one is a color ?",
+                                  "options": ["cat", "blue", "dog", "fish"]}) + "\n")
+    assert main(["predict", "--model", str(mc_out), str(inputs), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.split("\t")[0] in "ABCD"
+    assert main(["fill-mask", "--model", str(model_dir), "the movie was [MASK] .", "--top-k", "3", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].startswith("[MASK] 1:")
+    assert main(["fill-mask", "--model", str(model_dir), "no mask here", "--device", "cpu"]) == 2
+    assert "no [MASK]" in capsys.readouterr().err
+
+
+def test_cli_finetune_with_generic_columns(model_dir, tmp_path, capsys):
+    r = random.Random(5)
+    for split, n in (("train", 40), ("dev", 10)):
+        rows = ["review,stars"] + [f'"{_sent(r, r.choice(POS + NEG))}, really",{r.choice(["low", "high"])}' for _ in range(n)]
+        (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    code = main(["finetune", "--task", "classification", "--model", str(model_dir), "--data", str(tmp_path),
+                 "--out", str(tmp_path / "out"), "--text-column", "review", "--label-column", "stars",
+                 "--steps", "4", "--batch-size", "8", "--max-seq-length", "32", "--no-progress", "--device", "cpu"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "accuracy *" in printed and "4 steps" in printed
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["id2label"] == {"0": "high", "1": "low"}
+
+
+def test_cli_finetune_errors_are_one_line(model_dir, tmp_path, capsys):
+    assert main(["finetune", "--task", "nope", "--model", str(model_dir), "--data", str(tmp_path)]) == 2
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path)]) == 2
+    assert "no train file" in capsys.readouterr().err
+    assert main(["finetune", "--task", "sst-2", "--model", str(tmp_path), "--data", str(tmp_path)]) == 2
+    assert "no spiece.model" in capsys.readouterr().err
+
+
+def test_recipe_defaults_follow_table_14():
+    sst = FinetuneRecipe().resolve(get_task("sst-2"), 67349)
+    assert (sst.lr, sst.batch_size, sst.steps, sst.warmup_steps, sst.max_seq_length) == (1e-5, 32, 20935, 1256, 512)
+    assert (sst.dropout, sst.classifier_dropout) == (0.0, 0.1)
+    rte = FinetuneRecipe().resolve(get_task("rte"), 2490)
+    assert (rte.lr, rte.dropout, rte.steps, rte.warmup_steps) == (3e-5, 0.1, 800, 200)
+    squad = FinetuneRecipe().resolve(get_task("squad-v1.1"), 88000)
+    assert (squad.lr, squad.batch_size, squad.max_seq_length) == (5e-5, 48, 384)
+    # overriding the steps keeps Table 14's warmup share; epochs override steps
+    short = FinetuneRecipe(steps=200).resolve(get_task("sst-2"), 67349)
+    assert short.warmup_steps == 12
+    epochs = FinetuneRecipe(epochs=2, batch_size=10).resolve(get_task("cola"), 1000)
+    assert epochs.steps == 200 and epochs.warmup_steps == 12
+    # tasks without a Table 14 row: 3 epochs, 10% warmup
+    chn = FinetuneRecipe().resolve(get_task("chnsenticorp"), 9600)
+    assert (chn.steps, chn.warmup_steps, chn.lr) == (900, 90, 2e-5)
+    # CLI strings are typed
+    assert FinetuneRecipe(steps="7", dropout="0.1").steps == 7
+
+
+def test_finetune_from_a_transformers_masked_lm_directory(model_dir, runs, tmp_path):
+    """A Hugging Face ALBERT directory (AlbertForMaskedLM, spiece.model only) is a valid starting point."""
+    tf = pytest.importorskip("transformers")
+    import shutil
+
+    ours = AlbertConfig.from_json_file(model_dir / "config.json")
+    hf_config = tf.AlbertConfig(**{k: v for k, v in ours.to_dict().items() if k not in ("sharing", "model_type")})
+    tf.AlbertForMaskedLM(hf_config).save_pretrained(tmp_path / "hf")
+    shutil.copy(model_dir / "spiece.model", tmp_path / "hf" / "spiece.model")
+    data = runs["sst-2"][0]
+    results = finetune("sst-2", tmp_path / "hf", data, tmp_path / "out",
+                       FinetuneRecipe(steps=3, batch_size=8, max_seq_length=32), progress=False)
+    assert results["steps"] == 3 and "accuracy" in results["best"]
+    assert tf.AlbertForSequenceClassification.from_pretrained(tmp_path / "out").config.num_labels == 2
