@@ -341,7 +341,9 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
         unwrap(model).save_pretrained(final_dir)
-        shutil.copy2(tok_dir / "spiece.model", final_dir / "spiece.model")
+        for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
+            if f.is_file():
+                shutil.copy2(f, final_dir / f.name)
         summary["model_dir"] = str(final_dir)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     logger.close()
