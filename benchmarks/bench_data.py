@@ -82,12 +82,15 @@ def main() -> None:
               "raw_sentencepiece_1_thread": raw_sentencepiece(tok, sentences), "builds": {}}
     for name, corpus, workers in [("1x, 1 worker", str(work / "kjv.txt"), 1),
                                   (f"1x, {args.workers} workers", str(work / "kjv.txt"), args.workers),
+                                  ("4x, 1 worker", str(work / "kjv4.txt"), 1),
                                   (f"4x, {args.workers} workers", str(work / "kjv4.txt"), args.workers)]:
         out = work / name.replace(" ", "").replace(",", "-")
         result["builds"][name] = _build_child(corpus, str(tok), str(out), args.seq, workers)
     raw = result["raw_sentencepiece_1_thread"]["tokens_per_s"]
     one = result["builds"]["1x, 1 worker"]
     result["per_worker_fraction_of_raw"] = one["tokens_per_s_per_worker"] / raw
+    result["speedup_4x_workers"] = (result["builds"][f"4x, {args.workers} workers"]["tokens_per_s"]
+                                    / result["builds"]["4x, 1 worker"]["tokens_per_s"])
     result["memory_ratio_4x_over_1x"] = (result["builds"][f"4x, {args.workers} workers"]["peak_rss_mb"]
                                          / result["builds"][f"1x, {args.workers} workers"]["peak_rss_mb"])
     text = json.dumps(result, indent=2)

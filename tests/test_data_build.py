@@ -150,3 +150,29 @@ def test_cli_build_and_stats(kjv_tokenizer, tmp_path, capsys):
                  str(tmp_path / "e"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "empty.txt" in err
+
+
+def test_chinese_whole_word_masking(tmp_path):
+    """Chinese: one piece per character, jieba words masked as a whole (albert_zh's scheme)."""
+    sents = ["我们今天去北京大学参观图书馆。", "中华人民共和国成立于一九四九年。", "他喜欢在公园里跑步和读书。",
+             "科学技术是第一生产力。", "这个城市的交通非常方便。", "学生们正在教室里认真学习。"]
+    corpus = tmp_path / "zh.txt"
+    corpus.write_text("\n\n".join("\n".join(sents[(d + k) % 6] for k in range(5)) for d in range(40)) + "\n")
+    train_tokenizer(str(corpus), tmp_path / "tok", vocab_size=120, chinese=True)
+    build_dataset(str(corpus), tmp_path / "tok", tmp_path / "d",
+                  BuildSettings(max_seq_length=64, masking="static", heldout_fraction=0.0), progress=False)
+    ds = PretrainingDataset(tmp_path / "d")
+    shard = ds.shards[0]
+    checked = 0
+    for i in range(len(shard)):
+        labels = ds.example(i)["labels"]
+        starts = shard.row("word_start", i, "tokens_offsets").astype(bool)
+        tokens = shard.row("tokens", i)
+        word_id = np.cumsum(starts)
+        word_id[(tokens == 2) | (tokens == 3)] = -1  # [CLS]/[SEP] belong to no word
+        masked = labels != -100
+        for w in np.unique(word_id[masked]):
+            assert masked[word_id == w].all(), "a Chinese word was partly masked"
+            checked += 1
+        assert starts.sum() < (labels.size - 3)  # multi-character words exist
+    assert checked > 50
