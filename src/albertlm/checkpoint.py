@@ -59,7 +59,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None, trainer_state: dict[str, Any],
-                    keep_last: int = 3, metric: float | None = None, higher_is_better: bool = True) -> Path:
+                    keep_last: int = 3, metric: float | None = None, higher_is_better: bool = True,
+                    model_state: dict[str, Any] | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
     """Write a complete checkpoint atomically and prune old ones.
 
     Args:
@@ -71,6 +72,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         keep_last: how many recent checkpoints to keep (the best one is always kept).
         metric: value used to track the best checkpoint (e.g. held-out MLM accuracy).
         higher_is_better: direction of `metric`.
+        model_state, optimizer_state: full state dicts to save instead of the objects' own
+            (FSDP: gathered on every rank with `distributed.gather_full_state`).
     Returns:
         The checkpoint directory.
     """
@@ -79,9 +82,9 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
     final = root / f"step-{step:08d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:08d}.", dir=root))
     try:
-        unwrap(model).save_pretrained(tmp)
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        unwrap(model).save_pretrained(tmp, state_dict=model_state)
+        if optimizer_state is not None or optimizer is not None:
+            torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(rng_state(), tmp / "rng.pt")
         state = dict(trainer_state, step=step, metric=metric)
         (tmp / "trainer.json").write_text(json.dumps(state, indent=2, sort_keys=True))
@@ -163,10 +166,15 @@ def load_checkpoint(ckpt: str | os.PathLike, model: nn.Module,
     state = _read_state(ckpt)
     load_state_into(unwrap(model), ckpt)
     if optimizer is not None:
-        path = ckpt / "optimizer.pt"
-        if not path.exists():
-            raise AlbertlmError(f"{ckpt}: has no optimizer.pt; cannot resume training exactly")
-        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        optimizer.load_state_dict(read_optimizer_state(ckpt))
     if restore_rng and (ckpt / "rng.pt").exists():
         set_rng_state(torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True))
     return state
+
+
+def read_optimizer_state(ckpt: str | os.PathLike) -> dict[str, Any]:
+    """A checkpoint's optimizer state dict (tensors and plain Python only: weights_only=True)."""
+    path = Path(ckpt) / "optimizer.pt"
+    if not path.exists():
+        raise AlbertlmError(f"{ckpt}: has no optimizer.pt; cannot resume training exactly")
+    return torch.load(path, map_location="cpu", weights_only=True)

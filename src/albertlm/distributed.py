@@ -155,6 +155,34 @@ def wrap_data_parallel(model: nn.Module, ctx: DistContext, strategy: str = "ddp"
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
+def gather_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, ctx: DistContext,
+                      strategy: str) -> tuple[dict | None, dict | None]:
+    """Full (unsharded) model and optimizer state dicts for saving; call on EVERY rank.
+
+    With FSDP the parameters are sharded DTensors: gathering them is a collective, so every rank
+    must take part, and only rank 0 receives the tensors (on the CPU). Without FSDP it returns
+    (None, None): each object's own state_dict() is already complete.
+    """
+    if strategy != "fsdp" or not ctx.distributed:
+        return None, None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return (model_sd, optim_sd) if ctx.is_main else (None, None)
+
+
+def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, ctx: DistContext,
+                         strategy: str) -> None:
+    """Restore an optimizer from a saved full state dict (FSDP: re-sharded onto this rank)."""
+    if strategy != "fsdp" or not ctx.distributed:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
 def gradient_bytes(model: nn.Module) -> int:
     """Bytes of gradient a data-parallel step all-reduces: every trainable parameter once."""
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

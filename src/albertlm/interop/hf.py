@@ -400,7 +400,7 @@ def _refusal(config: AlbertConfig, arch: str) -> str:
             f"checkpoint with albertlm.{arch}.from_pretrained")
 
 
-def save_pretrained(model: nn.Module, path: str | Path) -> None:
+def save_pretrained(model: nn.Module, path: str | Path, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
     """Write config.json and model.safetensors that transformers' class of the same name loads.
 
     Sharing `attention` or `ffn` keeps the same key layout (block j at group j, inner layer 0) and
@@ -413,12 +413,15 @@ def save_pretrained(model: nn.Module, path: str | Path) -> None:
     Args:
         model: one of our models.
         path: the directory (created if missing); existing files of the same names are replaced atomically.
+        state_dict: save these tensors (our names) instead of the model's own, e.g. a full state
+            dict gathered from FSDP shards.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     config: AlbertConfig = model.config
     arch = _arch_of(type(model))
-    tensors = {k: v.cpu() for k, v in to_hf_state_dict(model, config, arch).items()}
+    source = model if state_dict is None else state_dict
+    tensors = {k: v.cpu() for k, v in to_hf_state_dict(source, config, arch).items()}
     extra = {**config.extra, "architectures": [arch]}
     if config.sharing in ("attention", "ffn"):
         extra["layer_types"] = [_refusal(config, arch)] * config.num_hidden_layers

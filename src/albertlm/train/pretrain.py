@@ -20,11 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, unwrap
+from albertlm.checkpoint import latest_checkpoint, load_checkpoint, read_optimizer_state, save_checkpoint, unwrap
 from albertlm.config import get_preset
 from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
-                                  gradient_bytes, maybe_compile, wrap_data_parallel)
+                                  gather_full_state, gradient_bytes, load_optimizer_state, maybe_compile,
+                                  wrap_data_parallel)
 from albertlm.errors import AlbertlmError
 from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
@@ -161,23 +162,24 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext, ba
     model.eval()
     sums = torch.zeros(6, dtype=torch.float64)
     counts: dict[int, int] = {}
-    buf: list[dict[str, np.ndarray]] = []
-    seen = 0
-    limit = max_examples if max_examples is not None else dataset.num_examples
-    indices = range(ctx.rank, min(limit, dataset.num_examples), ctx.world_size)
-    for n, index in enumerate(indices):
-        buf.append(dataset.example(index, epoch=0))
-        if len(buf) == batch_size or n == len(indices) - 1:
-            batch = {k: v.to(ctx.device) for k, v in collate(buf).items()}
-            out = unwrap(model)(**batch)
-            targets = batch["labels"][out.prediction_mask]
-            sums += torch.tensor([float(out.mlm_loss) * len(targets), float((out.prediction_logits.argmax(-1) == targets).sum()),
-                                  len(targets), float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
-                                  float(batch["sentence_order_label"].sum()), len(buf)], dtype=torch.float64)
+    limit = min(max_examples if max_examples is not None else dataset.num_examples, dataset.num_examples)
+    # Every rank runs the same number of forward passes (FSDP's all-gathers need all of them):
+    # global chunks of batch_size x world, each rank its slice; an empty slice runs a dummy batch.
+    chunk = batch_size * ctx.world_size
+    for lo in range(0, limit, chunk):
+        mine = list(range(lo, min(lo + chunk, limit)))[ctx.rank::ctx.world_size]
+        weight = 1.0 if mine else 0.0
+        batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])]).items()}
+        out = unwrap(model)(**batch)
+        targets = batch["labels"][out.prediction_mask]
+        n_masked = len(targets)
+        sums += weight * torch.tensor([
+            float(out.mlm_loss) * n_masked, float((out.prediction_logits.argmax(-1) == targets).sum()), n_masked,
+            float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
+            float(batch["sentence_order_label"].sum()), len(batch["labels"])], dtype=torch.float64)
+        if mine:
             for t, c in zip(*np.unique(targets.cpu().numpy(), return_counts=True)):
                 counts[int(t)] = counts.get(int(t), 0) + int(c)
-            seen += len(buf)
-            buf = []
     model.train()
     sums = all_reduce_sum(sums.to(ctx.device), ctx).cpu()
     # the most frequent held-out target, counted on every rank's share
@@ -256,22 +258,26 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         overrides["embedding_size"] = recipe.embedding_size
     config = get_preset(recipe.preset, **overrides)
     torch.manual_seed(recipe.seed)
-    model = AlbertForPreTraining(config).to(ctx.device)
-    if recipe.activation_checkpointing:
-        apply_activation_checkpointing(model)
-    model = wrap_data_parallel(maybe_compile(model, recipe.compile), ctx, recipe.data_parallel)
-    optimizer = build_optimizer(recipe.optimizer, unwrap(model), lr=recipe.peak_lr, weight_decay=recipe.weight_decay)
-    settings = StepSettings(precision=recipe.precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
-    scaler = make_scaler(settings, ctx.device)
-    micro, accum = recipe.per_device_batch(ctx.world_size)
-
+    model = AlbertForPreTraining(config)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
-    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        state = load_checkpoint(ckpt, model, optimizer)
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
+        state = load_checkpoint(ckpt, model)
         train_data.load_state_dict(state["data"][ctx.rank] if isinstance(state["data"], list) else state["data"])
         step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state.get("elapsed", 0.0)
         if ctx.is_main:
             _truncate_metrics(run_dir / "metrics.jsonl", step)
+    model = model.to(ctx.device)
+    if recipe.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    model = wrap_data_parallel(maybe_compile(model, recipe.compile), ctx, recipe.data_parallel)
+    optimizer = build_optimizer(recipe.optimizer, unwrap(model), lr=recipe.peak_lr, weight_decay=recipe.weight_decay)
+    if ckpt is not None:
+        load_optimizer_state(model, optimizer, read_optimizer_state(ckpt), ctx, recipe.data_parallel)
+    settings = StepSettings(precision=recipe.precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
+    scaler = make_scaler(settings, ctx.device)
+    micro, accum = recipe.per_device_batch(ctx.world_size)
+
     logger = MetricsLogger(run_dir, enabled=ctx.is_main)
     comm_bytes = gradient_bytes(unwrap(model))
     logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
@@ -321,12 +327,14 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples)
             logger.log(step, "eval", eval_metrics)
         if step % recipe.checkpoint_every == 0 or final:
+            model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
             data_state = _gather_cursors(train_data, ctx)
             if ctx.is_main:
                 state = {"data": data_state, "tokens_seen": tokens_seen,
                          "elapsed": elapsed_before + time.perf_counter() - start}
                 save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
-                                metric=eval_metrics.get("mlm_accuracy") if step % recipe.eval_every == 0 or final else None)
+                                metric=eval_metrics.get("mlm_accuracy") if step % recipe.eval_every == 0 or final else None,
+                                model_state=model_sd, optimizer_state=optim_sd)
             barrier(ctx)
         if stop_after is not None and done_here >= stop_after and not final:
             break
@@ -338,9 +346,10 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
                "eval": eval_metrics, "run_dir": str(run_dir)}
+    final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
-        unwrap(model).save_pretrained(final_dir)
+        unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
         for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
