@@ -55,7 +55,7 @@ def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str) ->
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         default = f.default
-        help_text = f"{docs.get(f.name, '')} (default: {default})"
+        help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
         if isinstance(default, bool):
             group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         else:
@@ -316,6 +316,53 @@ def _fill_mask_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- report
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                   help="wall-clock budget of the whole report; the study's per-run time and step count are derived "
+                   "from it (default: 60, or 6 with --quick)")
+    p.add_argument("--out", default="runs/report", metavar="DIR", help="output directory: report.md, PNG figures, "
+                   "results.json, the study's runs (default: runs/report)")
+    p.add_argument("--quick", action="store_true", help="tiny workloads for a smoke test (under 10 minutes on 2 CPU "
+                   "cores): checks the pipeline, does not show the paper's effects")
+    p.add_argument("--hf-checkpoint", metavar="DIR", default=None, help="an HF-format ALBERT directory (config.json, "
+                   "weights, spiece.model) added to the smoothness figure")
+    p.add_argument("--downstream", choices=["auto", "on", "off"], default="auto", help="fine-tune every study model on "
+                   "SST-2 (auto: when --sst2 exists and the budget is at least 120 minutes)")
+    p.add_argument("--sst2", default="../shared/data/SST-2", metavar="DIR",
+                   help="SST-2 data directory (default: ../shared/data/SST-2)")
+    p.add_argument("--corpus", default="kjv", metavar="SPEC", help="the study's corpus (default: kjv, the built-in "
+                   "King James Bible)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: the faster of 1 and torch's default, timed at the start)")
+    p.add_argument("--seed", type=int, default=0, help="seed of everything random (default: 0)")
+
+
+def _report_run(args: argparse.Namespace) -> int:
+    """Run the study and write DIR/report.md with tables and figures."""
+    import shlex
+
+    from albertlm.analysis.report import ReportSettings, run_report
+
+    settings = ReportSettings(budget_minutes=args.budget, quick=args.quick, hf_checkpoint=args.hf_checkpoint,
+                              downstream=args.downstream, sst2_data=args.sst2, threads=args.threads,
+                              corpus=args.corpus, seed=args.seed)
+    command = ["albertlm", "report", "--out", args.out]
+    for flag, value in (("--budget", args.budget), ("--hf-checkpoint", args.hf_checkpoint),
+                        ("--threads", args.threads)):
+        if value is not None:
+            command += [flag, str(value)]
+    for flag, value, default in (("--downstream", args.downstream, "auto"),
+                                 ("--sst2", args.sst2, "../shared/data/SST-2"),
+                                 ("--corpus", args.corpus, "kjv"), ("--seed", args.seed, 0)):
+        if value != default:
+            command += [flag, str(value)]
+    command += ["--quick"] if args.quick else []
+    path = run_report(settings, args.out, command=shlex.join(command))
+    print(f"wrote {path}")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "data": ("build pretraining shards from a corpus, or print their statistics", _data_args, _data_run),
     "pretrain": ("pretrain ALBERT (MLM + SOP, LAMB); with no arguments: albert-tiny on the King James Bible",
@@ -331,6 +378,9 @@ COMMANDS: dict[str, Command] = {
     "predict": ("predictions of a fine-tuned model for lines of input (files or stdin)", _predict_args, _predict_run),
     "fill-mask": ('fill [MASK] with a pretrained model: albertlm fill-mask --model DIR "text with [MASK]"',
                   _fill_mask_args, _fill_mask_run),
+    "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
+               "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
+               _report_args, _report_run),
 }
 
 

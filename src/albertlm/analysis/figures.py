@@ -1,0 +1,128 @@
+"""The report's PNG figures (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_speed(speed: dict[str, Any], path: Path) -> None:
+    """Training throughput relative to the reference: measured, FLOP ratio, the paper's column."""
+    plt = _plt()
+    rows = speed["training"]
+    names = [r["name"] for r in rows]
+    series = [("measured here (fwd+bwd)", [r["speedup"] for r in rows]),
+              ("FLOP ratio (analytic)", [r["flops_speedup"] for r in rows]),
+              ("paper Table 2", [r["paper_speedup"] or np.nan for r in rows])]
+    x = np.arange(len(names))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for k, (label, values) in enumerate(series):
+        bars = ax.bar(x + (k - 1) * width, values, width, label=label)
+        for b, v in zip(bars, values):
+            if np.isfinite(v):
+                ax.annotate(f"{v:.2g}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(x, names, rotation=15)
+    ax.set_ylabel(f"training throughput / {speed['reference']}'s")
+    ax.set_title("Training throughput relative to BERT-large (Table 2 'Speedup')", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_study(runs: dict[str, Any], path: Path, title: str) -> None:
+    """Held-out MLM accuracy against parameters, one point per Table 3/4 variant; a line joins each
+    sharing strategy's E sweep (Table 3)."""
+    plt = _plt()
+    from matplotlib.ticker import FuncFormatter
+
+    style = {"all": ("C0", "o"), "none": ("C1", "s"), "attention": ("C2", "^"), "ffn": ("C3", "v")}
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for sharing, (color, marker) in style.items():
+        points = sorted((r["variant"]["embedding_size"], r["backbone"] / 1e6,
+                         100 * r["summary"]["eval"]["mlm_accuracy"]) for r in runs.values()
+                        if r["variant"]["objective"] == "sop" and r["variant"]["sharing"] == sharing)
+        if not points:
+            continue
+        _, xs, ys = zip(*points)
+        names = {"all": "all-shared", "none": "not-shared", "attention": "shared-attention", "ffn": "shared-FFN"}
+        ax.plot(xs, ys, color=color, marker=marker, ms=7, lw=1, label=names[sharing])
+        for e, x, y in points:
+            ax.annotate(f"E={e}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color=color)
+    ax.set_xscale("log")
+    ticks = sorted({round(r["backbone"] / 1e6, 2) for r in runs.values()})
+    ax.set_xticks(ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=8, title="sharing", title_fontsize=8)
+    ax.set_xlabel("backbone parameters (millions, log scale)")
+    ax.set_ylabel("held-out MLM accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_table5(table5: dict[str, Any], paper: dict[str, tuple[float, float, float]], path: Path) -> None:
+    """Intrinsic accuracies of each objective's model, ours (solid) beside the paper's (hatched)."""
+    plt = _plt()
+    tasks = ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")
+    objectives = list(table5)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), sharey=True)
+    for ax, task, title in zip(axes, tasks, ("MLM accuracy", "NSP accuracy", "SOP accuracy")):
+        x = np.arange(len(objectives))
+        ours = [100 * table5[o][task] for o in objectives]
+        theirs = [paper[o][tasks.index(task)] for o in objectives]
+        ax.bar(x - 0.2, ours, 0.4, label="ours")
+        ax.bar(x + 0.2, theirs, 0.4, label="paper", hatch="//", alpha=0.5)
+        for xi, v in zip(x, ours):
+            ax.annotate(f"{v:.1f}", (xi - 0.2, v), ha="center", va="bottom", fontsize=7)
+        if task != "mlm_accuracy":
+            ax.axhline(50, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(x, [f"trained: {o}" for o in objectives], fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0, 100)
+    axes[0].set_ylabel("held-out accuracy (%)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(curves: dict[str, list[tuple[int, float]]], path: Path, window: int = 5) -> None:
+    """Training MLM loss against step, one line per run (a running mean over `window` logged points).
+
+    The MLM loss is comparable across objectives; the total loss is not (the `none` objective's
+    constant label makes its sentence-level loss vanish)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for name, points in curves.items():
+        if points:
+            steps, losses = map(np.asarray, zip(*points))
+            k = max(1, min(window, len(losses)))
+            smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
+            ax.plot(steps[k - 1:], smooth, label=name, lw=1.2)
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"training MLM loss (running mean of {window} logs)")
+    ax.set_title("Pretraining MLM loss of every run of the study", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,295 @@
+"""The small-scale pretraining study behind the report's Tables 3, 4, 5 and Figure 1.
+
+One tokenizer and one data build per sentence-level objective (sop, nsp, none) are made once,
+on the same corpus, seed and held-out documents, and copied into every run directory
+(`train.pretrain.prepare_data` reuses what a run directory already holds). Then:
+
+  - Table 3: embedding size E in {64, 128, H} x sharing {all, none};
+  - Table 4: sharing {all, attention, ffn, none} at E = 128;
+  - Table 5: the E = 128 all-shared model trained with sop (shared with Tables 3 and 4), nsp and none,
+    each evaluated on the held-out pairs of all three builds;
+  - Figure 1: layer smoothness of the all-shared and not-shared E = 128 models.
+
+Budget: the time left for the study (see `plan_steps`) is split evenly among the runs; a step time
+measured on real batches of the most expensive variant turns each run's share into a step count.
+Every run gets the same number of steps (the comparison is at equal steps, as the paper's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from albertlm.analysis.params import count_parameters
+from albertlm.config import get_preset
+from albertlm.distributed import DistContext
+from albertlm.train.pretrain import PretrainRecipe, evaluate, prepare_data, pretrain
+
+OBJECTIVE_NAMES = {"sop": "SOP", "nsp": "NSP", "none": "None"}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The study's model, data and optimisation (the budget comes from the report)."""
+
+    preset: str = "albert-tiny"
+    """The model shape (config.PRESETS); E and sharing vary per variant."""
+    corpus: str = "kjv"
+    """Corpus spec: the built-in King James Bible by default, or a file path."""
+    vocab_size: int = 8000
+    """SentencePiece vocabulary (capped at what the corpus supports)."""
+    max_seq_length: int = 64
+    """Tokens per pretraining example (64: twice the steps of 128 in the same time; on KJV albert-tiny
+    leaves the unigram plateau after ~300 steps at 64, not within 300 at 128)."""
+    batch_size: int = 16
+    """Examples per step."""
+    optimizer: str = "lamb"
+    """lamb (the paper's) or adamw."""
+    lr: float = 5e-3
+    """Peak learning rate (short runs need far more than the paper's batch-4096 rate scaled down)."""
+    warmup_fraction: float = 0.1
+    """Share of the steps spent warming up."""
+    embedding_sizes: tuple[int, ...] = (64, 128, 0)
+    """Table 3's E values; 0 means E = H."""
+    heldout_fraction: float = 0.08
+    """Documents held out (never trained on) for every evaluation."""
+    eval_examples: int = 1024
+    """Held-out pairs per evaluation at most."""
+    min_steps: int = 5
+    """A run trains at least this many steps whatever the budget."""
+    calibration_steps: int = 3
+    """Timed steps (after one warm-up) that measure the step time."""
+    seed: int = 0
+    """Seed of the tokenizer sample, the data, every initialisation and data order."""
+    workers: int = 1
+    """Processes of each data build."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    embedding_size: int
+    sharing: str
+    objective: str = "sop"
+
+
+def variants(settings: StudySettings) -> list[Variant]:
+    """The runs: Table 3's grid, Table 4's extra sharing strategies, Table 5's extra objectives."""
+    hidden = get_preset(settings.preset).hidden_size
+    sizes = [e or hidden for e in settings.embedding_sizes]
+    base = base_embedding(settings)
+    out = [Variant(f"e{e}-{s}", e, s) for s in ("all", "none") for e in sizes]
+    out += [Variant(f"e{base}-{s}", base, s) for s in ("attention", "ffn")]
+    out += [Variant(f"e{base}-all-{o}", base, "all", o) for o in ("nsp", "none")]
+    return out
+
+
+def base_embedding(settings: StudySettings) -> int:
+    """The E of Tables 4 and 5 and Figure 1: the preset's own E when the grid has it (128 for albert-tiny)."""
+    preset = get_preset(settings.preset)
+    sizes = [e or preset.hidden_size for e in settings.embedding_sizes]
+    return preset.embedding_size if preset.embedding_size in sizes else sizes[0]
+
+
+def recipe_for(settings: StudySettings, variant: Variant, steps: int) -> PretrainRecipe:
+    """The PretrainRecipe of one run."""
+    return PretrainRecipe(
+        preset=settings.preset, sharing=variant.sharing, embedding_size=variant.embedding_size,
+        corpus=settings.corpus, vocab_size=settings.vocab_size, max_seq_length=settings.max_seq_length,
+        objective=variant.objective, heldout_fraction=settings.heldout_fraction, batch_size=settings.batch_size,
+        steps=steps, warmup_steps=max(1, round(settings.warmup_fraction * steps)), lr=settings.lr,
+        optimizer=settings.optimizer,
+        eval_every=steps, eval_examples=settings.eval_examples, log_every=max(1, steps // 50),
+        checkpoint_every=steps, keep_last=1, seed=settings.seed, workers=settings.workers)
+
+
+def prepare_shared(settings: StudySettings, root: Path, log: Callable[[str], None]) -> dict[str, Path]:
+    """One tokenizer and one build per objective under root/<objective>/{tokenizer,data}."""
+    dirs: dict[str, Path] = {}
+    first: Path | None = None
+    for objective in ("sop", "nsp", "none"):
+        d = root / objective
+        d.mkdir(parents=True, exist_ok=True)
+        if first is not None and not (d / "tokenizer").exists():
+            shutil.copytree(first / "tokenizer", d / "tokenizer")
+        log(f"study: {'tokenizer + ' if first is None else ''}data build ({objective})")
+        prepare_data(recipe_for(settings, Variant("x", 128, "all", objective), 1), d, DistContext(), progress=False)
+        first = first or d
+        dirs[objective] = d
+    return dirs
+
+
+def measure_step_seconds(settings: StudySettings, data_dir: Path) -> float:
+    """Median seconds of one optimizer step of the most expensive variant (E = H, not shared)."""
+    from albertlm.data.loader import PretrainingDataset, collate
+    from albertlm.model import AlbertForPreTraining
+    from albertlm.optim import build_optimizer
+
+    data = PretrainingDataset(data_dir, "train", seed=settings.seed)
+    hidden = get_preset(settings.preset).hidden_size
+    config = get_preset(settings.preset, vocab_size=data.vocab_size, embedding_size=max(
+        [e or hidden for e in settings.embedding_sizes]), sharing="none",
+        max_position_embeddings=max(settings.max_seq_length, 512))
+    torch.manual_seed(settings.seed)
+    model = AlbertForPreTraining(config).train()
+    optimizer = build_optimizer(settings.optimizer, model, lr=settings.lr, weight_decay=0.01)
+    it = iter(data)
+    times = []
+    for k in range(settings.calibration_steps + 1):
+        batch = collate([next(it) for _ in range(settings.batch_size)])
+        start = time.perf_counter()
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if k:  # the first step warms up
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def plan_steps(seconds_available: float, runs: int, step_seconds: float, settings: StudySettings,
+               finetune_share: float = 0.0) -> dict[str, float]:
+    """Turn the study's time into one step count for every run.
+
+    Each run gets seconds_available / runs; a share `finetune_share` of it goes to fine-tuning;
+    the final evaluation (a forward pass, about a third of a step, per `batch_size` held-out
+    pairs) and a few seconds of setup and saving are set aside; the rest is steps of `step_seconds`.
+    """
+    per_run = seconds_available / max(runs, 1)
+    pretrain_seconds = per_run * (1.0 - finetune_share)
+    overhead = 3.0 + settings.eval_examples / settings.batch_size * step_seconds / 3
+    steps = max(settings.min_steps, int((pretrain_seconds - overhead) / step_seconds))
+    return {"per_run_seconds": per_run, "pretrain_seconds": pretrain_seconds,
+            "finetune_seconds": per_run - pretrain_seconds,
+            "step_seconds": step_seconds, "overhead_seconds": overhead, "steps": steps}
+
+
+def _copy_data(shared: Path, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for part in ("tokenizer", "data"):
+        if not (run_dir / part).exists():
+            shutil.copytree(shared / part, run_dir / part)
+
+
+def _heldout(data_dir: Path, settings: StudySettings):
+    from albertlm.data.loader import PretrainingDataset
+
+    return PretrainingDataset(data_dir, "heldout", seed=settings.seed, shuffle=False)
+
+
+def run_study(settings: StudySettings, root: Path, seconds_available: float, log: Callable[[str], None] = print,
+              started: float | None = None, hf_checkpoint: str | None = None,
+              sst2_dir: Path | None = None, finetune_share: float = 0.0) -> dict[str, Any]:
+    """Prepare the data, train every variant, evaluate Tables 3-5 and Figure 1.
+
+    Args:
+        settings: StudySettings.
+        root: working directory of the study (shared/ and runs/ go below it).
+        seconds_available: wall-clock time for the whole study, data preparation included.
+        log: progress lines.
+        hf_checkpoint: an HF-format ALBERT directory (with spiece.model) for Figure 1, or None.
+        sst2_dir: SST-2 data (train.tsv, dev.tsv) for a downstream score, or None.
+        finetune_share: share of each run's time given to SST-2 fine-tuning when sst2_dir is set.
+    Returns:
+        A JSON-ready dict: plan, runs (recipe, summary, parameters, downstream), table5, smoothness.
+    """
+    from albertlm.analysis.smoothness import UNTRAINED, reencode_batches, smoothness, unmasked_heldout_batches
+    from albertlm.model import AlbertForPreTraining, AlbertModel
+
+    t0 = started if started is not None else time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
+    shared = prepare_shared(settings, root / "shared", log)
+    step_seconds = measure_step_seconds(settings, shared["sop"] / "data")
+    plan_variants = variants(settings)
+    left = seconds_available - (time.perf_counter() - t0)
+    reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
+    plan = plan_steps(left - reserve, len(plan_variants), step_seconds, settings,
+                      finetune_share if sst2_dir else 0.0)
+    plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve)
+    log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {len(plan_variants)} runs "
+        f"({plan['per_run_seconds']:.0f} s each)")
+    ctx = DistContext()
+    runs: dict[str, dict[str, Any]] = {}
+    for v in plan_variants:
+        run_dir = root / "runs" / v.name
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # every number comes from this run
+        _copy_data(shared[v.objective], run_dir)
+        recipe = recipe_for(settings, v, int(plan["steps"]))
+        log(f"study: pretraining {v.name} ({recipe.steps} steps)")
+        start = time.perf_counter()
+        summary = pretrain(recipe, run_dir, ctx, progress=False)
+        config = AlbertForPreTraining.from_pretrained(run_dir / "model").config
+        count = count_parameters(config)
+        runs[v.name] = {"variant": dataclasses.asdict(v), "recipe": dataclasses.asdict(recipe),
+                        "summary": summary, "seconds": time.perf_counter() - start,
+                        "backbone": count.backbone, "with_heads": count.with_heads}
+        if sst2_dir is not None:
+            runs[v.name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, v.name)
+
+    # Table 5: every objective's model on the held-out pairs of every build
+    base = base_embedding(settings)
+    heldout = {o: _heldout(shared[o] / "data", settings) for o in ("sop", "nsp", "none")}
+    table5: dict[str, dict[str, Any]] = {}
+    for objective in ("none", "nsp", "sop"):
+        name = f"e{base}-all" + ("" if objective == "sop" else f"-{objective}")
+        model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
+        scores = {task: evaluate(model, heldout[task], ctx, max_examples=settings.eval_examples)
+                  for task in ("none", "nsp", "sop")}
+        table5[objective] = {"run": name, "mlm_accuracy": scores["none"]["mlm_accuracy"],
+                             "nsp_accuracy": scores["nsp"]["sop_accuracy"],
+                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores}
+        log(f"study: Table 5 row {objective}: MLM {table5[objective]['mlm_accuracy']:.3f} "
+            f"NSP {table5[objective]['nsp_accuracy']:.3f} SOP {table5[objective]['sop_accuracy']:.3f}")
+
+    # Figure 1: smoothness of the all-shared and not-shared models (and an HF checkpoint)
+    batches = unmasked_heldout_batches(shared["sop"] / "data", batch_size=32, max_examples=settings.eval_examples,
+                                       seed=settings.seed)
+    curves: dict[str, Any] = {}
+    for name, label in ((f"e{base}-all", "all-shared (ALBERT)"), (f"e{base}-none", "not-shared (BERT-style)")):
+        trained = AlbertModel.from_pretrained(root / "runs" / name / "model")
+        curves[label] = {"run": name, **smoothness(trained, batches)}
+        torch.manual_seed(settings.seed)  # the same architecture before training: what training changed
+        curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
+                                     **smoothness(AlbertModel(trained.config), batches)}
+    if hf_checkpoint:
+        from albertlm.tokenizer import Tokenizer
+
+        model = AlbertModel.from_pretrained(hf_checkpoint)
+        source = Tokenizer.load(shared["sop"] / "tokenizer")
+        target = Tokenizer.load(hf_checkpoint)
+        hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
+        label = f"{Path(hf_checkpoint).name} (--hf-checkpoint)"
+        curves[label] = {"run": str(hf_checkpoint), **smoothness(model, hf_batches)}
+    log("study: smoothness measured")
+    builds = {o: json.loads((shared[o] / "data" / "meta.json").read_text()) for o in shared}
+    shape = get_preset(settings.preset)
+    return {"settings": dataclasses.asdict(settings), "hidden": shape.hidden_size, "layers": shape.num_hidden_layers,
+            "plan": plan, "runs": runs, "table5": table5,
+            "smoothness": curves, "base_embedding": base,
+            "builds": {o: {"documents": b["documents"], "text_tokens": b["text_tokens"], "splits": b["splits"]}
+                       for o, b in builds.items()}}
+
+
+def _finetune_sst2(run_dir: Path, sst2_dir: Path, plan: dict[str, float], settings: StudySettings,
+                   log: Callable[[str], None], name: str) -> dict[str, Any]:
+    """Fine-tune one pretrained run on SST-2 for its share of the time; the best dev accuracy."""
+    from albertlm.train.finetune import FinetuneRecipe, finetune
+
+    seq = 64
+    # batch 32 x 64 tokens: about the tokens (and time) of a pretraining step of batch 16 x 128
+    step = plan["step_seconds"] * (32 * seq) / (settings.batch_size * settings.max_seq_length)
+    steps = max(10, int((plan["finetune_seconds"] - 15) / step))  # ~15 s: reading, featurising, 872 dev
+    recipe = FinetuneRecipe(lr=1e-4, batch_size=32, steps=steps, warmup_steps=max(1, steps // 10),
+                            max_seq_length=seq, eval_every=steps, dropout=0.0, seed=settings.seed)
+    log(f"study: fine-tuning {name} on SST-2 ({steps} steps)")
+    results = finetune("sst-2", run_dir / "model", sst2_dir, run_dir / "sst2", recipe, progress=False)
+    return {"accuracy": results["best"].get("accuracy"), "steps": steps,
+            "dev_examples": results["dev_examples"], "seconds": results["train_seconds"]}

@@ -1,0 +1,155 @@
+"""`albertlm report` end to end on a very tiny study (the `test` preset, a corpus written here),
+plus the speed measurements and the CLI surface."""
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from albertlm import AlbertForPreTraining, get_preset
+from albertlm.analysis.report import ReportSettings, run_report
+from albertlm.analysis.speed import (SpeedSettings, bert_twin, fastest_threads, measure_speed,
+                                     saved_activation_bytes, time_training)
+from albertlm.analysis.study import StudySettings, plan_steps, variants
+from albertlm.cli import main
+from albertlm.tokenizer import train_tokenizer
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _corpus(path):
+    animals = "cat dog cow horse sheep goat lion bear wolf fox".split()
+    places = "field house river hill forest town garden road barn cave".split()
+    verbs = "sat ran slept walked stood ate played hid waited looked".split()
+    sentences = [f"The {animals[i % 10]} {verbs[(3 * i) % 10]} near the {places[(7 * i) % 10]} number {i}."
+                 for i in range(40)]
+    docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(60)]
+    path.write_text("\n\n".join(docs) + "\n")
+    return path
+
+
+TINY_SPEED = SpeedSettings(presets=("test",), reference="test", inference=("test",), seq_len=16, repeats=1,
+                           inference_seq_len=16, inference_repeats=1)
+
+
+def _tiny_settings(corpus, **kw):
+    study = StudySettings(preset="test", corpus=str(corpus), vocab_size=64, max_seq_length=64, batch_size=8,
+                          eval_examples=32, embedding_sizes=(8, 16, 0), heldout_fraction=0.1, calibration_steps=1,
+                          min_steps=4)
+    return ReportSettings(budget_minutes=0.25, threads=1, study=study, speed=TINY_SPEED, **kw)
+
+
+def test_report_on_a_tiny_study(tmp_path):
+    corpus = _corpus(tmp_path / "corpus.txt")
+    # an HF-format checkpoint with its own vocabulary, for the smoothness figure
+    hf = tmp_path / "hf"
+    train_tokenizer(str(corpus), hf, vocab_size=48, strict=False)
+    AlbertForPreTraining(get_preset("test", vocab_size=48)).save_pretrained(hf)
+
+    # a few SST-2 rows: the downstream score's pipeline (forced on; auto needs a 120-minute budget)
+    sst2 = tmp_path / "SST-2"
+    sst2.mkdir()
+    rows = [f"the {w} dog sat near the river \t{i % 2}" for i, w in enumerate(["good", "bad"] * 12)]
+    (sst2 / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    (sst2 / "dev.tsv").write_text("sentence\tlabel\n" + "\n".join(rows[:8]) + "\n")
+
+    out = tmp_path / "report"
+    path = run_report(_tiny_settings(corpus, hf_checkpoint=str(hf), downstream="on", sst2_data=str(sst2)), out,
+                      command="albertlm report --test")
+    text = path.read_text()
+    results = json.loads((out / "results.json").read_text())
+
+    for n, title in enumerate(["Parameters", "Speed", "Embedding size", "SOP vs NSP", "Smoothness",
+                               "Reproducibility"], 1):
+        assert re.search(rf"^## {n}\. .*{title}", text, re.M | re.I), title
+    for name in results["figures"].values():
+        assert (out / name).read_bytes()[:8] == PNG
+        assert f"]({name})" in text
+    assert "albertlm report --test" in text and f"torch {torch.__version__}" in text
+    # every study run trained the planned steps and its held-out accuracy is what the table shows
+    study = results["study"]
+    steps = study["plan"]["steps"]
+    assert steps >= 4 and len(study["runs"]) == len(variants(_tiny_settings(corpus).study)) == 10
+    for name, run in study["runs"].items():
+        assert run["summary"]["steps"] == steps
+        if run["variant"]["objective"] == "sop":  # Tables 3 and 4
+            assert f"**{100 * run['summary']['eval']['mlm_accuracy']:.1f}**" in text, name
+    assert all(0.0 <= run["downstream"]["accuracy"] <= 1.0 for run in study["runs"].values())
+    assert "SST-2 dev %" in text
+    # Table 5: three objectives, each scored on all three held-out sets
+    assert set(study["table5"]) == {"none", "nsp", "sop"}
+    for row in study["table5"].values():
+        assert set(row["scores"]) == {"none", "nsp", "sop"}
+        assert 0.0 <= row["sop_accuracy"] <= 1.0 and 0.0 <= row["nsp_accuracy"] <= 1.0
+    # Figure 1: the two study models (trained and at initialisation) plus the checkpoint, one point per layer
+    curves = study["smoothness"]
+    assert len(curves) == 5 and all(c["layers"] == 3 and c["tokens"] > 0 for c in curves.values())
+    assert sum("untrained" in k for k in curves) == 2 and sum("--hf-checkpoint" in k for k in curves) == 1
+    # the equivalent per-run commands parse as pretrain commands
+    assert text.count("albertlm pretrain --name") == 10
+    assert (out / "study" / "runs" / "e16-all" / "model" / "config.json").exists()
+
+
+def test_plan_steps_splits_the_budget():
+    s = StudySettings(batch_size=16, eval_examples=160, min_steps=5)
+    plan = plan_steps(1000.0, 10, 0.5, s)
+    assert plan["per_run_seconds"] == 100.0
+    assert plan["steps"] == int((100.0 - 3.0 - 10 * 0.5 / 3) / 0.5)
+    assert plan_steps(1.0, 10, 0.5, s)["steps"] == 5  # never below min_steps
+    assert plan_steps(1000.0, 10, 0.5, s, finetune_share=0.3)["pretrain_seconds"] == pytest.approx(70.0)
+
+
+def test_speed_measurements():
+    config = get_preset("test")
+    twin = bert_twin(config)
+    assert twin.embedding_size == twin.hidden_size and twin.sharing == "none"
+    model = AlbertForPreTraining(config)
+    ids = torch.randint(5, config.vocab_size, (2, 16))
+
+    def run(batch):
+        return lambda: model(input_ids=batch, labels=batch).loss
+
+    one = saved_activation_bytes(run(ids[:1]), model.parameters())
+    two = saved_activation_bytes(run(ids), model.parameters())
+    assert 0 < one < two <= 2.2 * one  # activations grow with the batch; weights are not counted
+    r = time_training(config, 1, 16, repeats=1)
+    assert r["seconds"] > 0 and r["activation_bytes"] > 0
+    threads = torch.get_num_threads()
+    try:
+        best, seconds = fastest_threads(config, 1, 16, (1, 1))
+        assert best == 1 and list(seconds) == [1] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    speed = measure_speed(TINY_SPEED, log=lambda _: None)
+    assert speed["training"][0]["speedup"] == 1.0
+    assert [x["name"] for x in speed["inference"]] == ["test", "test BERT twin"]
+    assert speed["inference"][1]["parameters"] > speed["inference"][0]["parameters"]
+
+
+def test_report_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--budget", "--out", "--quick", "--hf-checkpoint"):
+        assert flag in out
+
+
+def test_report_rejects_a_bad_checkpoint_before_any_work(tmp_path, capsys):
+    corpus = _corpus(tmp_path / "c.txt")
+    code = main(["report", "--out", str(tmp_path / "r"), "--corpus", str(corpus), "--hf-checkpoint",
+                 str(tmp_path / "missing")])
+    assert code == 2
+    assert "--hf-checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_quick_report_cli(tmp_path):
+    """The documented smoke run: `albertlm report --quick` (several minutes on 2 cores)."""
+    if shutil.which("albertlm") is None:
+        pytest.skip("the albertlm console script is not installed")
+    assert main(["report", "--quick", "--out", str(tmp_path / "q"), "--downstream", "off"]) == 0
+    assert (tmp_path / "q" / "report.md").exists()
