@@ -1,6 +1,6 @@
 PYTHON ?= python3
 
-.PHONY: install test test-all params
+.PHONY: install test test-all params pretrain
 
 install:
 	$(PYTHON) -m pip install -q -r requirements-dev.txt
@@ -16,3 +16,7 @@ test-all: install
 
 params: install
 	albertlm params
+
+# The main job: pretrain albert-tiny on the built-in King James corpus (about 14 minutes on 2 cores).
+pretrain: install
+	albertlm pretrain
