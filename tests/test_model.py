@@ -138,3 +138,106 @@ def test_position_ids_and_defaults():
     a = model(ids).last_hidden_state
     b = model(ids, torch.ones_like(ids), torch.zeros_like(ids), torch.arange(9).expand(2, 9)).last_hidden_state
     torch.testing.assert_close(a, b)
+
+
+# ---------------------------------------------------------------------------- unpadded path
+def _ragged(config, lengths=(12, 5, 9, 1), S=12, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    B = len(lengths)
+    ids = torch.randint(5, config.vocab_size, (B, S), generator=g)
+    mask = (torch.arange(S)[None] < torch.tensor(lengths)[:, None]).long()
+    ids[mask == 0] = 0
+    types = (torch.arange(S)[None] >= 3).long() * mask
+    labels = torch.where((torch.rand(B, S, generator=g) < 0.4) & mask.bool(), ids, torch.full_like(ids, -100))
+    labels[:, 0] = ids[:, 0]
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types, labels=labels,
+                sentence_order_label=torch.tensor([0, 1, 1, 0][:B]))
+
+
+@pytest.mark.parametrize("sharing", STRATEGIES)
+def test_unpadded_equals_padded(sharing):
+    config = _config(sharing)
+    model = AlbertForPreTraining(config).eval()
+    batch = _ragged(config)
+    keep = batch["attention_mask"].bool()
+    with torch.no_grad():
+        padded = model(**batch, output_hidden_states=True)
+        packed = model(**batch, output_hidden_states=True, unpad=True)
+    for a, b in zip(padded.hidden_states, packed.hidden_states, strict=True):
+        torch.testing.assert_close(b[keep], a[keep], rtol=0, atol=1e-5)
+        assert not b[~keep].any()  # zeros at padding
+    torch.testing.assert_close(packed.prediction_logits, padded.prediction_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed.sop_logits, padded.sop_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(packed.loss, padded.loss, rtol=0, atol=1e-5)
+
+
+def test_unpadded_gradients_equal_padded():
+    config = get_preset("test", num_hidden_layers=3, num_hidden_groups=1, inner_group_num=2)
+    model = AlbertForPreTraining(config)
+    batch = _ragged(config)
+    grads = []
+    for unpad in (False, True):
+        model.zero_grad()
+        model(**batch, unpad=unpad).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], rtol=0, atol=1e-5, msg=n)
+
+
+def test_unpad_without_padding_is_the_padded_path():
+    config = _config("all")
+    model = AlbertModel(config).eval()
+    ids = torch.randint(5, config.vocab_size, (2, 10))
+    with torch.no_grad():
+        a = model(ids, torch.ones_like(ids)).last_hidden_state
+        b = model(ids, torch.ones_like(ids), unpad=True).last_hidden_state
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_checkpointing_and_bf16_autocast_keep_the_loss(unpad):
+    """The CPU stand-ins for the GPU path: activation checkpointing is exact, bf16 close."""
+    from albertlm.distributed import apply_activation_checkpointing
+
+    config = _config("all")
+    batch = _ragged(config)
+    model = AlbertForPreTraining(config)
+    ref = model(**batch, unpad=unpad).loss
+    ref.backward()
+    ref_grad = model.albert.encoder.attention[0].qkv.weight.grad.clone()
+    model.zero_grad()
+    assert apply_activation_checkpointing(model) == 2
+    loss = model(**batch, unpad=unpad).loss
+    loss.backward()
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(model.albert.encoder.attention[0].qkv.weight.grad, ref_grad, rtol=0, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(**batch, unpad=unpad).loss
+    assert abs(low.item() - ref.item()) < 0.05 * ref.item()
+
+
+def test_attention_runs_on_the_flash_kernel():
+    """Our q/k/v views (no copies) are accepted by SDPA's flash kernel, padded, masked and packed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    config = _config("all")
+    model = AlbertForPreTraining(config)
+    batch = _ragged(config)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        model(batch["input_ids"]).sop_logits.sum().backward()
+        for unpad in (False, True):
+            model(**batch, unpad=unpad).loss.backward()
+
+
+@pytest.mark.slow
+def test_compiled_model_matches_eager():
+    from albertlm.distributed import maybe_compile
+
+    config = _config("all")
+    model = AlbertForPreTraining(config).eval()
+    batch = _ragged(config)
+    compiled = maybe_compile(model, True)
+    with torch.no_grad():
+        for unpad in (False, True):
+            torch.testing.assert_close(compiled(**batch, unpad=unpad).loss, model(**batch, unpad=unpad).loss,
+                                       rtol=0, atol=1e-5)

@@ -61,7 +61,14 @@ class Embeddings(nn.Module):
 
 # ---------------------------------------------------------------------------- the two halves of a layer
 class SelfAttention(nn.Module):
-    """Multi-head self-attention block: LN(x + W_o · attn(W_qkv · x)). One fused QKV matmul."""
+    """Multi-head self-attention block: LN(x + W_o · attn(W_qkv · x)). One fused QKV matmul.
+
+    Two input layouts, the same arithmetic per real token:
+      - padded: x [B, S, H] with mask None (nothing padded) or bool [B, 1, 1, S] (True = attend);
+      - packed: x [T, H], the real tokens of every sequence one after another, with mask the list
+        of sequence lengths (summing to T). The projections then run on real tokens only, and each
+        sequence attends over its own tokens: no padding, no mask (`AlbertModel.forward(..., unpad=True)`).
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -73,15 +80,26 @@ class SelfAttention(nn.Module):
         self.attn_dropout = config.attention_probs_dropout_prob
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """x [B, S, H], mask None or bool [B, 1, 1, S] (True = attend) -> [B, S, H]."""
-        B, S, H = x.shape
-        qkv = self.qkv(x).view(B, S, 3, self.num_heads, H // self.num_heads)  # [B, S, 3, nh, hd]
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, nh, S, hd]
-        a = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.attn_dropout if self.training else 0.0)
-        a = a.transpose(1, 2).reshape(B, S, H)  # [B, S, nh*hd]
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | list[int] | None) -> torch.Tensor:
+        """x [B, S, H] with mask None or bool [B, 1, 1, S]; or packed x [T, H] with mask = lengths -> x's shape."""
+        qkv = self.qkv(x)  # [..., 3H]: query, key, value side by side
+        if isinstance(mask, list):  # packed: one attention per sequence
+            a = torch.cat([self.attend(part[None], None)[0] for part in qkv.split(mask)])  # [T, H]
+        else:
+            a = self.attend(qkv, mask)  # [B, S, H]
         return self.norm(x + self.dropout(self.out(a)))
+
+    def attend(self, qkv: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """qkv [B, S, 3H], mask None or bool [B, 1, 1, S] -> attention output [B, S, H].
+
+        q, k and v stay views of the projection (no copy); their gradients come back in the same
+        [B, S, nh, hd] memory layout, so the backward pass re-joins them with one contiguous cat.
+        """
+        B, S, _ = qkv.shape
+        q, k, v = (t.view(B, S, self.num_heads, -1).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # [B, nh, S, hd]
+        a = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attn_dropout if self.training else 0.0)  # [B, nh, S, hd]
+        return a.transpose(1, 2).reshape(B, S, -1)  # [B, S, nh*hd]
 
 
 class FeedForward(nn.Module):
@@ -115,9 +133,10 @@ class Encoder(nn.Module):
         self.attention = nn.ModuleList(SelfAttention(config) for _ in range(config.num_attention_blocks))
         self.ffn = nn.ModuleList(FeedForward(config) for _ in range(config.num_ffn_blocks))
 
-    def forward(self, h: torch.Tensor, mask: torch.Tensor | None,
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | list[int] | None,
                 output_hidden_states: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
-        """h [B, S, H] -> (h [B, S, H], (input, output of every application) if asked)."""
+        """h [B, S, H] (or packed [T, H], mask = lengths; see SelfAttention) -> (h of the same shape,
+        (input, output of every application) if asked)."""
         states = [h] if output_hidden_states else None
         for a, f in self.schedule:
             h = self.ffn[f](self.attention[a](h, mask))
@@ -201,11 +220,14 @@ class PreTrainedAlbert(nn.Module):
 
         return load_pretrained(cls, path, **kwargs)
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write config.json + model.safetensors that transformers' classes load."""
+    def save_pretrained(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Write config.json + model.safetensors that transformers' classes load.
+
+        `state_dict` (our names) replaces the module's own tensors, e.g. one gathered from FSDP shards.
+        """
         from albertlm.interop.hf import save_pretrained
 
-        save_pretrained(self, path)
+        save_pretrained(self, path, state_dict=state_dict)
 
 
 # ---------------------------------------------------------------------------- the backbone
@@ -223,7 +245,7 @@ class AlbertModel(PreTrainedAlbert):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> AlbertModelOutput:
+                output_hidden_states: bool = False, unpad: bool = False) -> AlbertModelOutput:
         """Encode a batch.
 
         Args:
@@ -232,14 +254,35 @@ class AlbertModel(PreTrainedAlbert):
             token_type_ids: [B, S] segment ids; None means all segment A.
             position_ids: [B, S] or [S]; None means 0..S-1.
             output_hidden_states: also return the input and output of every layer application.
+            unpad: when the batch has padding, run the encoder on the real tokens only (packed
+                [T, H], attention per sequence): the same values at real tokens (up to float
+                rounding), zeros at padded positions, and work in proportion to the real tokens
+                rather than B x S. Faster for batches of mixed lengths.
         Returns:
             AlbertModelOutput with last_hidden_state [B, S, H] and pooler_output [B, H].
         """
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, E]
-        h = self.project(x)  # [B, S, H]
-        h, states = self.encoder(h, attention_bias(attention_mask), output_hidden_states)
+        mask = attention_bias(attention_mask)  # None when nothing is padded
+        if unpad and mask is not None:
+            B, S, _ = x.shape
+            keep = attention_mask.bool()  # [B, S]
+            lengths = keep.sum(1).tolist()  # real tokens of each sequence
+            index = keep.flatten().nonzero().squeeze(1)  # [T]: positions of the real tokens in B x S
+            h = self.project(x.flatten(0, 1).index_select(0, index))  # [T, H], sequence after sequence
+            h, states = self.encoder(h, lengths, output_hidden_states)
+            h = repad(h, index, B, S)  # [B, S, H], zeros at padding
+            states = tuple(repad(s, index, B, S) for s in states) if states is not None else None
+        else:
+            h = self.project(x)  # [B, S, H]
+            h, states = self.encoder(h, mask, output_hidden_states)
         pooled = torch.tanh(self.pooler(h[:, 0])) if self.pooler is not None else None  # [B, H]
         return AlbertModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=states)
+
+
+def repad(packed: torch.Tensor, index: torch.Tensor, B: int, S: int) -> torch.Tensor:
+    """packed [T, H], index [T] (flat positions in B x S) -> [B, S, H], zeros at the other positions."""
+    out = packed.new_zeros(B * S, packed.shape[-1]).index_copy(0, index, packed)  # [B*S, H]
+    return out.view(B, S, -1)  # [B, S, H]
 
 
 # ---------------------------------------------------------------------------- pretraining heads
@@ -272,7 +315,8 @@ class AlbertForPreTraining(PreTrainedAlbert):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
-                output_hidden_states: bool = False, dense_logits: bool = False) -> AlbertForPreTrainingOutput:
+                output_hidden_states: bool = False, dense_logits: bool = False,
+                unpad: bool = False) -> AlbertForPreTrainingOutput:
         """Run the backbone and both heads.
 
         Args:
@@ -283,10 +327,11 @@ class AlbertForPreTraining(PreTrainedAlbert):
             sentence_order_label: [B], 0 = in order, 1 = swapped.
             output_hidden_states: also return every layer's hidden state.
             dense_logits: compute [B, S, V] logits even when labels are given.
+            unpad: run the encoder on the real tokens only (see AlbertModel.forward).
         Returns:
             AlbertForPreTrainingOutput.
         """
-        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, unpad)
         h = out.last_hidden_state  # [B, S, H]
         word = self.albert.embeddings.word.weight  # [V, E], tied decoder
         sop_logits = self.sop(out.pooler_output)  # [B, 2]

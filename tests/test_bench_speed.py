@@ -1,0 +1,57 @@
+"""The speed benchmark's plumbing (not its timings: benchmarks are scripts, not tests)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from albertlm.config import get_preset
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_batch_labels_only_real_tokens(bench):
+    config = get_preset("test")
+    batch = bench.make_batch(config, 4, 40, seed=0, lengths=[40, 33, 10, 2])
+    mask = batch["attention_mask"].bool()
+    assert mask.sum(1).tolist() == [40, 33, 10, 2]
+    labelled = batch["labels"] != -100
+    assert not (labelled & ~mask).any() and labelled.any(1).all()
+    assert (batch["input_ids"][~mask] == config.pad_token_id).all()
+    assert not (batch["token_type_ids"].bool() & ~mask).any()
+    again = bench.make_batch(config, 4, 40, seed=0, lengths=[40, 33, 10, 2])
+    assert all(torch.equal(batch[k], again[k]) for k in batch)
+
+
+def test_compare_keeps_the_asked_rounds(bench):
+    calls = []
+    quiet = bench.Quiet(max_foreign=float("inf"), budget_s=0)
+    timing = bench.compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3,
+                           quiet=quiet, log=print, warmup=1)
+    assert calls == ["a", "b"] * 4  # alternating, warm-up included
+    assert len(timing["seconds"]["a"]) == len(timing["seconds"]["b"]) == 3 and timing["discarded"] == 0
+
+
+def test_report_from_a_result(bench):
+    row = {"preset": "albert-base", "seq_len": 128, "batch": 8, "mode": "train", "foreign_cores": [0.0],
+           "discarded": 0, "ours": {"tokens_per_s": 330.0, "ratio_vs_hf": 1.3, "mfu": 0.88},
+           "hf": {"tokens_per_s": 254.0, "mfu": 0.68}}
+    result = {"date": "2026-01-01T00:00:00", "command": "python benchmarks/bench_speed.py", "wall_s": 60,
+              "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "torch": "x", "transformers": "y"},
+              "settings": {"repeats": 3, "max_foreign": 0.25}, "peaks_gflops": {"fp32": 200, "bf16": 400},
+              "speed": [row], "memory": [], "mixed": {}}
+    result["targets"] = bench.targets(result)
+    met = {t["target"]: t["met"] for t in result["targets"]}
+    assert met["train albert-base 8x128 vs HF"] is True and met["train albert-base 8x128 MFU"] is True
+    assert met["train albert-large 8x128 vs HF"] is None
+    text = bench.markdown(result)
+    assert "| albert-base | train | 8 x 128 | 330 | 254 | **1.30x** | 88% | 68% |" in text
