@@ -358,8 +358,3 @@ class AlbertForPreTraining(PreTrainedAlbert):
         return AlbertForPreTrainingOutput(
             loss=loss, mlm_loss=mlm_loss, sop_loss=sop_loss, prediction_logits=logits,
             prediction_mask=prediction_mask, sop_logits=sop_logits, hidden_states=out.hidden_states)
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Distinct parameters of any module (shared ones once)."""
-    return sum(p.numel() for p in module.parameters())
