@@ -62,8 +62,13 @@ def init_distributed(env: dict[str, str], device: str = "auto") -> DistContext:
 
 
 def shutdown() -> None:
+    """Leave the process group; every rank first waits for the others, so none tears gloo's
+    threads down while a peer still talks to it (that aborted a rank at exit now and then)."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def all_reduce_sum(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
