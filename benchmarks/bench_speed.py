@@ -22,11 +22,13 @@ meanwhile (/proc/stat minus our own CPU time). A round in which they used more t
 script waits, up to a budget, for the machine to be quiet.
 
 Usage:
-    python benchmarks/bench_speed.py                  # the full default run (~20-25 min on 2 cores)
-    python benchmarks/bench_speed.py --quick          # smoke run, ~1-2 min, no markdown
+    # the full run (~25 min on 2 quiet cores; longer while other jobs share the machine)
+    python benchmarks/bench_speed.py --markdown docs/benchmarks.md
+    python benchmarks/bench_speed.py --quick          # smoke run, ~1-2 min
     python benchmarks/bench_speed.py --presets albert-base --seq-lens 128 --repeats 5
 
-Writes benchmarks/results/speed-<date>-<time>.json and appends a section to docs/benchmarks.md.
+Writes benchmarks/results/speed-<date>-<time>.json, prints the report, and appends it to the
+markdown file given by --markdown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -225,18 +228,26 @@ def parity(ours, theirs, batch: dict) -> float:
 
 # ---------------------------------------------------------------------------- timing
 def compare(fns: dict[str, Callable[[], None]], repeats: int, quiet: Quiet, log: Callable[[str], None],
-            warmup: int = 1, max_retries: int | None = None) -> dict:
+            warmup: int = 1, max_retries: int | None = None, min_sample_s: float = 0.5) -> dict:
     """Time the callables in alternation: `warmup` untimed rounds, then `repeats` kept rounds.
 
-    A round calls every function once, in the given order. A round during which other processes
-    used more than quiet.max_foreign cores is discarded and redone, at most `max_retries` times
-    (default: `repeats`); after that the remaining rounds are kept whatever the load.
-    Returns {"seconds": {name: [s per kept round]}, "foreign_cores": [max per kept round], "discarded": n}.
+    A round calls every function once, in the given order; a function faster than `min_sample_s`
+    (judged from the warm-up) is called several times in a row and timed per call, so that every
+    sample spans enough kernel ticks to read the other processes' load. A round during which other
+    processes used more than quiet.max_foreign cores is discarded and redone, at most
+    `max_retries` times (default: 3 x repeats); after that the remaining rounds are kept whatever
+    the load (the row shows it).
+    Returns {"seconds": {name: [s per call, per kept round]}, "calls_per_sample": {name: n},
+    "foreign_cores": [max per kept round], "discarded": n}.
     """
-    max_retries = repeats if max_retries is None else max_retries
-    for _ in range(warmup):
-        for fn in fns.values():
+    max_retries = 3 * repeats if max_retries is None else max_retries
+    inner = {}
+    for name, fn in fns.items():
+        for i in range(max(1, warmup)):
+            t = time.perf_counter()
             fn()
+            elapsed = time.perf_counter() - t
+        inner[name] = max(1, min(50, math.ceil(min_sample_s / max(elapsed, 1e-6))))
     seconds: dict[str, list[float]] = {k: [] for k in fns}
     foreign, discarded = [], 0
     while len(foreign) < repeats:
@@ -245,8 +256,9 @@ def compare(fns: dict[str, Callable[[], None]], repeats: int, quiet: Quiet, log:
         for name, fn in fns.items():
             with ForeignLoad() as load:
                 t = time.perf_counter()
-                fn()
-                times[name] = time.perf_counter() - t
+                for _ in range(inner[name]):
+                    fn()
+                times[name] = (time.perf_counter() - t) / inner[name]
             loads.append(load.cores or 0.0)
         if max(loads) > quiet.max_foreign and discarded < max_retries:
             discarded += 1
@@ -255,7 +267,7 @@ def compare(fns: dict[str, Callable[[], None]], repeats: int, quiet: Quiet, log:
         for k, v in times.items():
             seconds[k].append(v)
         foreign.append(round(max(loads), 3))
-    return {"seconds": seconds, "foreign_cores": foreign, "discarded": discarded}
+    return {"seconds": seconds, "calls_per_sample": inner, "foreign_cores": foreign, "discarded": discarded}
 
 
 def profile_steps(fns: dict[str, Callable[[], None]], log: Callable[[str], None], rows: int = 15) -> dict[str, str]:
@@ -417,7 +429,7 @@ def run(args, log: Callable[[str], None]) -> dict:
                     fns["ours_bf16"] = infer_fn(ours.albert, inputs, precision="bf16")
                 ours.eval(), theirs.eval()
                 log(f"  infer {b}x{S}: {', '.join(fns)}")
-                timing = compare(fns, args.repeats, quiet, log)
+                timing = compare(fns, args.infer_repeats, quiet, log)
                 ours.train(), theirs.train()
                 row = summarise(timing, b * S)
                 result["speed"].append({"preset": preset, "seq_len": S, "batch": b, "mode": "infer", **row})
@@ -595,10 +607,11 @@ def markdown(result: dict) -> str:
         f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). torch {m['torch']}, "
         f"transformers {m['transformers']} (attention sdpa), fp32 unless marked. Matmul peak measured in "
         f"the run: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s. Tokens/s are medians over "
-        f"{result['settings']['repeats']} alternating rounds; MFU = flops_per_token x tokens/s / fp32 peak "
+        f"{result['settings']['repeats']} (training) / {result['settings']['infer_repeats']} (inference) alternating "
+        "rounds; MFU = flops_per_token x tokens/s / fp32 peak "
         "(bf16 rows: / bf16 peak). Other load: the most CPU cores other processes used during a kept round; "
-        f"a round above {result['settings']['max_foreign']} cores is dropped and redone (at most as many times as there are "
-        "rounds). Training: MLM 15% + SOP, torch AdamW; transformers computes dense logits, "
+        f"a round above {result['settings']['max_foreign']} cores is dropped and redone (at most 3x as many times as there "
+        "are rounds). Training: MLM 15% + SOP, torch AdamW; transformers computes dense logits, "
         "ours only the labelled positions. Raw numbers: the JSON named below.",
         "",
         "| preset | mode | B x S | ours tok/s | HF tok/s | ours / HF | ours MFU | HF MFU | ours bf16 tok/s (x fp32) | other load | dropped |",
@@ -660,7 +673,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--presets", nargs="+", default=["albert-tiny", "albert-base", "albert-large", "bert-base"])
     p.add_argument("--seq-lens", nargs="+", type=int, default=[128, 512])
     p.add_argument("--batch", type=int, default=None, help=f"batch size (default {TOKENS_PER_BATCH} // S: 8 x 128, 2 x 512)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds per measurement")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per training measurement")
+    p.add_argument("--infer-repeats", type=int, default=5, help="timed rounds per inference measurement")
     p.add_argument("--variants", default="bf16", help="extra timed variants of ours: bf16, compile (comma-separated, '' for none)")
     p.add_argument("--profile", action="store_true", help="also print (and keep in the JSON) a torch.profiler "
                    "table of one training step of each library, per preset and length")
@@ -674,12 +688,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="discard a round when other processes used more CPU cores than this")
     p.add_argument("--max-wait", type=float, default=300, help="seconds, in all, to wait for a quiet machine")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/speed-<date>-<time>.json)")
-    p.add_argument("--markdown", type=Path, default=None, help="markdown file to append to (default docs/benchmarks.md; "
-                   "not written by --quick unless given)")
+    p.add_argument("--markdown", type=Path, default=None,
+                   help="append the report to this markdown file (the dated results live in docs/benchmarks.md)")
     p.add_argument("--_memory-child", dest="_memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
-        args.presets, args.seq_lens, args.batch, args.repeats = ["albert-tiny"], [64], 4, 1
+        args.presets, args.seq_lens, args.batch, args.repeats, args.infer_repeats = ["albert-tiny"], [64], 4, 1, 1
         if args.mixed_preset:
             args.mixed_preset, args.mixed_lengths, args.mixed_pool, args.mixed_repeats = "albert-tiny", [8, 64], 2, 1
         args.max_wait = min(args.max_wait, 10)
@@ -703,7 +717,7 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
     text = markdown(result).replace("Raw numbers: the JSON named below.", f"Raw numbers: `{result['json']}`.")
     print("\n" + text)
-    md = args.markdown or (None if args.quick else REPO / "docs" / "benchmarks.md")
+    md = args.markdown
     if md is not None:
         append_markdown(md, text)
         log(f"appended to {md}")

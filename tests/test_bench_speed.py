@@ -35,10 +35,14 @@ def test_batch_labels_only_real_tokens(bench):
 def test_compare_keeps_the_asked_rounds(bench):
     calls = []
     quiet = bench.Quiet(max_foreign=float("inf"), budget_s=0)
-    timing = bench.compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3,
-                           quiet=quiet, log=print, warmup=1)
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    timing = bench.compare(fns, repeats=3, quiet=quiet, log=print, warmup=1, min_sample_s=0)
     assert calls == ["a", "b"] * 4  # alternating, warm-up included
     assert len(timing["seconds"]["a"]) == len(timing["seconds"]["b"]) == 3 and timing["discarded"] == 0
+    calls.clear()
+    timing = bench.compare(fns, repeats=2, quiet=quiet, log=print, warmup=1, min_sample_s=1.0)
+    n = timing["calls_per_sample"]["a"]
+    assert n > 1 and calls == ["a", "b"] + (["a"] * n + ["b"] * n) * 2  # fast calls repeat within a sample
 
 
 def test_report_from_a_result(bench):
@@ -47,7 +51,7 @@ def test_report_from_a_result(bench):
            "hf": {"tokens_per_s": 254.0, "mfu": 0.68}}
     result = {"date": "2026-01-01T00:00:00", "command": "python benchmarks/bench_speed.py", "wall_s": 60,
               "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "torch": "x", "transformers": "y"},
-              "settings": {"repeats": 3, "max_foreign": 0.25}, "peaks_gflops": {"fp32": 200, "bf16": 400},
+              "settings": {"repeats": 3, "infer_repeats": 5, "max_foreign": 0.25}, "peaks_gflops": {"fp32": 200, "bf16": 400},
               "speed": [row], "memory": [], "mixed": {}}
     result["targets"] = bench.targets(result)
     met = {t["target"]: t["met"] for t in result["targets"]}
