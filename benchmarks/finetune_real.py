@@ -9,6 +9,10 @@ paper's Table 14 recipe.
 
     python benchmarks/finetune_real.py --threads 1          # random init; 750 steps in all
     python benchmarks/finetune_real.py --model runs/albert-tiny-kjv/model --out runs/bench-finetune-pretrained
+    python benchmarks/finetune_real.py --model runs/albert-tiny-kjv/model --reinit --out runs/bench-finetune-reinit
+
+--reinit keeps the pretrained directory's configuration and tokenizer but draws fresh random
+weights: the control that isolates what pretraining adds from what the vocabulary does.
 
 Output: one JSON object on stdout and in OUT/results.json: per task the best dev metrics, steps,
 wall time and training throughput, plus the command, the date and the torch thread count.
@@ -20,6 +24,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -56,9 +61,24 @@ def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int
     return path
 
 
+def reinit_dir(model: Path, out: Path, seed: int) -> Path:
+    """The architecture and tokenizer of `model`, with freshly initialised weights."""
+    path = out / f"reinit-{model.name}"
+    if not (path / "model.safetensors").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        for name in ("spiece.model", "tokenizer_config.json"):
+            shutil.copy2(model / name, path / name)
+        config = AlbertForPreTraining.from_pretrained(model).config
+        torch.manual_seed(seed)
+        AlbertForPreTraining(config).save_pretrained(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="pretrained model directory (default: random-init albert-tiny per task)")
+    p.add_argument("--reinit", action="store_true", help="with --model: same configuration and tokenizer, "
+                   "random weights (the control for what pretraining adds)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
     p.add_argument("--data", default=str(SHARED), help="the shared data folder")
     p.add_argument("--out", default="runs/bench-finetune", help="run directory")
@@ -70,19 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.reinit and not args.model:
+        p.error("--reinit needs --model")
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-              "model": args.model or "random-init albert-tiny (vocabulary trained on each task's training text)",
+              "model": (f"{args.model}, re-initialised (--reinit)" if args.reinit else args.model) or "random-init albert-tiny (vocabulary trained on each task's training text)",
               "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "tasks": {}}
     for task in args.tasks.split(","):
         folder, max_len, vocab, default_steps = TASKS[task]
         steps = args.steps or default_steps
         data = Path(args.data) / folder
         start = time.perf_counter()
-        model_dir = Path(args.model) if args.model else random_init_dir(task, data, out, vocab, args.seed)
+        if args.model:
+            model_dir = reinit_dir(Path(args.model), out, args.seed) if args.reinit else Path(args.model)
+        else:
+            model_dir = random_init_dir(task, data, out, vocab, args.seed)
         setup = time.perf_counter() - start
         recipe = FinetuneRecipe(lr=args.lr, batch_size=args.batch_size, steps=steps,
                                 warmup_steps=steps // 10, max_seq_length=max_len, dropout=0.0,
