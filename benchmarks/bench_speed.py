@@ -62,6 +62,7 @@ from albertlm.data.bucketing import bucket_by_length, padded_tokens  # noqa: E40
 from albertlm.distributed import apply_activation_checkpointing, maybe_compile  # noqa: E402
 from albertlm.model import AlbertForPreTraining  # noqa: E402
 from albertlm.optim import param_groups  # noqa: E402
+from albertlm.train.inference import prepack_for_cpu  # noqa: E402
 
 THREADS = 2
 MLM_PROB = 0.15
@@ -427,6 +428,8 @@ def run(args, log: Callable[[str], None]) -> dict:
                 fns = {"ours": infer_fn(ours.albert, inputs), "hf": infer_fn(theirs.albert, inputs)}
                 if "bf16" in variants:
                     fns["ours_bf16"] = infer_fn(ours.albert, inputs, precision="bf16")
+                if "prepack" in variants:
+                    fns["ours_prepack"] = infer_fn(prepack_for_cpu(ours.albert), inputs)
                 ours.eval(), theirs.eval()
                 log(f"  infer {b}x{S}: {', '.join(fns)}")
                 timing = compare(fns, args.infer_repeats, quiet, log)
@@ -459,7 +462,7 @@ def run(args, log: Callable[[str], None]) -> dict:
     result["wall_s"] = round(time.perf_counter() - start, 1)
     # MFU against the best matmul peak of the whole run (the machine's, undisturbed)
     for row in result["speed"]:
-        for name in ("ours", "hf", "ours_bf16", "ours_compile"):
+        for name in ("ours", "hf", "ours_bf16", "ours_compile", "ours_prepack"):
             if name in row:
                 precision = "bf16" if name == "ours_bf16" else "fp32"
                 config = get_preset(row["preset"])
@@ -554,7 +557,7 @@ def run_mixed(args, quiet: Quiet, peak_samples: list[dict], log) -> dict:
 
 def _brief(row: dict) -> str:
     parts = []
-    for name in ("ours", "hf", "ours_bf16", "ours_compile"):
+    for name in ("ours", "hf", "ours_bf16", "ours_compile", "ours_prepack"):
         if name in row:
             r = row[name]
             ratio = f" ({r['ratio_vs_hf']:.2f}x)" if "ratio_vs_hf" in r else ""
@@ -623,6 +626,17 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['preset']} | {r['mode']} | {r['batch']} x {r['seq_len']} | {r['ours']['tokens_per_s']:.0f} | "
                      f"{r['hf']['tokens_per_s']:.0f} | **{r['ours']['ratio_vs_hf']:.2f}x** | {r['ours']['mfu']:.0%} | "
                      f"{r['hf']['mfu']:.0%} | {bf_cell} | {max(r['foreign_cores']):.2f} | {r['discarded']} |")
+    packed = [r for r in result["speed"] if "ours_prepack" in r]
+    if packed:
+        lines += ["", "Inference with oneDNN-packed weights (`albertlm.train.inference.prepack_for_cpu`, fp32), "
+                  "timed in the same rounds as the rows above:", "",
+                  "| preset | B x S | ours tok/s | ours packed tok/s | HF tok/s | packed / ours | packed / HF |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in packed:
+            lines.append(f"| {r['preset']} | {r['batch']} x {r['seq_len']} | {r['ours']['tokens_per_s']:.0f} | "
+                         f"{r['ours_prepack']['tokens_per_s']:.0f} | {r['hf']['tokens_per_s']:.0f} | "
+                         f"{r['ours_prepack']['tokens_per_s'] / r['ours']['tokens_per_s']:.2f}x | "
+                         f"**{r['ours_prepack']['ratio_vs_hf']:.2f}x** |")
     if result["memory"]:
         lines += ["", "Peak training memory (RSS above the after-imports baseline, 2 steps in a fresh process; "
                   "ckpt = activation checkpointing of every block):", "",
@@ -675,7 +689,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=None, help=f"batch size (default {TOKENS_PER_BATCH} // S: 8 x 128, 2 x 512)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds per training measurement")
     p.add_argument("--infer-repeats", type=int, default=5, help="timed rounds per inference measurement")
-    p.add_argument("--variants", default="bf16", help="extra timed variants of ours: bf16, compile (comma-separated, '' for none)")
+    p.add_argument("--variants", default="bf16", help="extra timed variants of ours: bf16, compile (training), prepack "
+                   "(inference with oneDNN-packed weights); comma-separated, '' for none")
     p.add_argument("--profile", action="store_true", help="also print (and keep in the JSON) a torch.profiler "
                    "table of one training step of each library, per preset and length")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory probes")

@@ -276,3 +276,23 @@ def test_sentence_order_head_learns_a_synthetic_order_task():
     with torch.no_grad():
         accuracy = (model(ids, token_type_ids=types).sop_logits.argmax(-1) == label).float().mean()
     assert accuracy > 0.95, accuracy
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_prepacked_copy_computes_the_same_outputs():
+    from albertlm.train.inference import prepack_for_cpu
+
+    config = _config("all")
+    torch.manual_seed(0)
+    model = AlbertModel(config).eval()
+    ids, mask, types, _, _ = _batch(config)
+    packed = prepack_for_cpu(model)
+    assert type(model.encoder) is type(packed.encoder)
+    assert any(type(m).__name__ == "MkldnnLinear" for m in packed.modules())
+    assert not any(type(m).__name__ == "MkldnnLinear" for m in model.modules())  # the original is untouched
+    with torch.inference_mode():
+        a = model(ids, mask, types)
+        b = packed(ids, mask, types)
+    keep = mask.bool()
+    torch.testing.assert_close(b.last_hidden_state[keep], a.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.pooler_output, a.pooler_output, atol=1e-5, rtol=1e-5)
