@@ -233,6 +233,11 @@ def test_cli_evaluate_predict_fill_mask(runs, model_dir, tmp_path, capsys):
     assert main(["predict", "--model", str(out), str(inputs), "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in lines] == ["1", "0"]
+    if torch.backends.mkldnn.is_available():  # the packed copy predicts the same labels and probabilities
+        assert main(["predict", "--model", str(out), str(inputs), "--device", "cpu", "--prepack"]) == 0
+        packed = capsys.readouterr().out.splitlines()
+        assert [x.split("\t")[0] for x in packed] == ["1", "0"]
+        assert [float(x.split("\t")[1]) for x in packed] == pytest.approx([float(x.split("\t")[1]) for x in lines], abs=1e-4)
     _, ner_out, _ = runs["conll2003"]
     inputs.write_text("john went to paris .\n")
     assert main(["predict", "--model", str(ner_out), str(inputs), "--device", "cpu"]) == 0

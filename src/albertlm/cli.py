@@ -277,6 +277,8 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    "(QA), JSON {context, question, options} (multiple choice)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default: 64)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
+    p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
+                   "(faster for small batches of base and larger models; docs/benchmarks.md)")
 
 
 def _predict_run(args: argparse.Namespace) -> int:
@@ -293,7 +295,8 @@ def _predict_run(args: argparse.Namespace) -> int:
                     lines += fh.read().splitlines()
             except OSError as exc:
                 raise AlbertlmError(f"{name}: {exc.strerror}") from None
-    for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size):
+    for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
+                             prepack=args.prepack):
         print(out)
     return 0
 

@@ -140,7 +140,7 @@ def _parse_json_line(line: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
-                  batch_size: int = 64) -> list[str]:
+                  batch_size: int = 64, prepack: bool = False) -> list[str]:
     """Predictions of a fine-tuned model for raw input lines, one output line per input line.
 
     Input per head: sequence classification `text` or `text_a<TAB>text_b` → `label<TAB>probability`
@@ -154,6 +154,8 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
 
     model, config, tokenizer = load_finetuned(model_dir, device)
     arch = type(model).__name__
+    if prepack:  # CPU, fp32: oneDNN-packed weights (see prepack_for_cpu)
+        model = prepack_for_cpu(model)
     family = next(f for f in FAMILIES.values() if f.head == arch)
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
     spec = TaskSpec("predict", family, "", {}, lambda *a: [], lambda *a: {}, "", problem_type=problem)
