@@ -40,7 +40,6 @@ import json
 import math
 import os
 import platform
-import re
 import shlex
 import statistics
 import subprocess
@@ -57,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from albertlm.analysis.params import flops_per_token  # noqa: E402
+from albertlm.analysis.speed import reset_peak_rss, status_kib  # noqa: E402
 from albertlm.config import AlbertConfig, get_preset  # noqa: E402
 from albertlm.data.bucketing import bucket_by_length, padded_tokens  # noqa: E402
 from albertlm.distributed import apply_activation_checkpointing, maybe_compile  # noqa: E402
@@ -300,10 +300,6 @@ def summarise(timing: dict, tokens: int) -> dict:
 
 
 # ---------------------------------------------------------------------------- memory (fresh processes)
-def _status_kb(key: str) -> int:
-    return int(re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1))
-
-
 def memory_child(spec: dict) -> dict:
     """Peak resident memory of training steps, measured in this fresh process.
 
@@ -318,7 +314,7 @@ def memory_child(spec: dict) -> dict:
     import transformers  # noqa: F401  (imported before the baseline in both cases)
 
     _warm_up_libraries()
-    base_kb = _status_kb("VmRSS")
+    base_kb = status_kib("VmRSS")
     config = get_preset(spec["preset"])
     torch.manual_seed(SEED)
     if spec["impl"] == "hf":
@@ -332,15 +328,11 @@ def memory_child(spec: dict) -> dict:
     batch = make_batch(config, spec["batch"], spec["seq_len"], seed=SEED + 1, lengths=spec.get("lengths"))
     extra = {"unpad": True} if spec.get("unpad") else {}
     step = train_fn(model, optimizer, batch, **extra)
-    method = "VmHWM after clear_refs"
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        method = "ru_maxrss (includes the build)"
+    method = "VmHWM after clear_refs" if reset_peak_rss() else "ru_maxrss (includes the build)"
     for _ in range(spec.get("steps", 2)):
         step()
     if method.startswith("VmHWM"):
-        peak_kb = _status_kb("VmHWM")
+        peak_kb = status_kib("VmHWM")
     else:
         import resource
 

@@ -185,7 +185,8 @@ def time_inference(config: AlbertConfig, batch_size: int, seq_len: int, repeats:
 
 
 # ---------------------------------------------------------------------------- peak RSS in a fresh process
-def _status_kib(field: str) -> int | None:
+def status_kib(field: str) -> int | None:
+    """A kB field of /proc/self/status (VmRSS, VmHWM, ...), or None where there is no /proc."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(field + ":"):
@@ -193,6 +194,18 @@ def _status_kib(field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS; False where the kernel refuses.
+
+    Writing "5" to /proc/self/clear_refs does it (Linux >= 4.0).
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 
 
 def rss_child(request: str) -> None:
@@ -208,15 +221,11 @@ def rss_child(request: str) -> None:
     model = AlbertModel(config).eval()
     ids = random_batch(config, r["batch_size"], r["seq_len"], torch.Generator().manual_seed(0))["input_ids"]
     gc.collect()
-    built = _status_kib("VmRSS")
-    try:  # "5" resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0)
-        Path("/proc/self/clear_refs").write_text("5")
-        reset = True
-    except OSError:
-        reset = False
+    built = status_kib("VmRSS")
+    reset = reset_peak_rss()
     with torch.inference_mode():
         model(ids)
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     print(json.dumps({"rss_built_kib": built, "peak_kib": peak, "peak_reset": reset}))
 
 
