@@ -22,3 +22,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+def write_story_corpus(path: Path, documents: int) -> Path:
+    """A learnable toy corpus: 40 fixed sentences; each document is a run of 8 consecutive ones
+    (so the order, and any masked word, can be inferred from context). Written in `lines` format."""
+    animals = "cat dog cow horse sheep goat lion bear wolf fox".split()
+    places = "field house river hill forest town garden road barn cave".split()
+    verbs = "sat ran slept walked stood ate played hid waited looked".split()
+    sentences = [f"The {animals[i % 10]} {verbs[(3 * i) % 10]} near the {places[(7 * i) % 10]} number {i}."
+                 for i in range(40)]
+    docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(documents)]
+    path.write_text("\n\n".join(docs) + "\n")
+    return path

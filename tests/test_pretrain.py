@@ -16,6 +16,7 @@ import torch
 from albertlm.data.build import BuildSettings, build_dataset
 from albertlm.distributed import DistContext
 from albertlm.tokenizer import train_tokenizer
+from conftest import write_story_corpus
 from albertlm.train.metrics import read_metrics
 from albertlm.train.pretrain import PretrainRecipe, pretrain
 
@@ -31,15 +32,7 @@ def prepared(tmp_path_factory):
     """A tokenizer and shards made once, copied into every run directory (prepare_data reuses them)."""
     root = tmp_path_factory.mktemp("prepared")
     corpus = root / "corpus.txt"
-    # Learnable text: 40 fixed sentences; a document is a run of consecutive ones (so the order,
-    # and any masked word, can be inferred from context).
-    animals = "cat dog cow horse sheep goat lion bear wolf fox".split()
-    places = "field house river hill forest town garden road barn cave".split()
-    verbs = "sat ran slept walked stood ate played hid waited looked".split()
-    sentences = [f"The {animals[i % 10]} {verbs[(3 * i) % 10]} near the {places[(7 * i) % 10]} number {i}."
-                 for i in range(40)]
-    docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(80)]
-    corpus.write_text("\n\n".join(docs) + "\n")
+    write_story_corpus(corpus, documents=80)
     train_tokenizer(str(corpus), root / "tokenizer", vocab_size=64, strict=True)
     build_dataset(str(corpus), root / "tokenizer", root / "data",
                   BuildSettings(max_seq_length=64, heldout_fraction=0.1), progress=False)

@@ -15,19 +15,13 @@ from albertlm.analysis.speed import (SpeedSettings, bert_twin, fastest_threads, 
 from albertlm.analysis.study import StudySettings, plan_steps, variants
 from albertlm.cli import main
 from albertlm.tokenizer import train_tokenizer
+from conftest import write_story_corpus
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _corpus(path):
-    animals = "cat dog cow horse sheep goat lion bear wolf fox".split()
-    places = "field house river hill forest town garden road barn cave".split()
-    verbs = "sat ran slept walked stood ate played hid waited looked".split()
-    sentences = [f"The {animals[i % 10]} {verbs[(3 * i) % 10]} near the {places[(7 * i) % 10]} number {i}."
-                 for i in range(40)]
-    docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(60)]
-    path.write_text("\n\n".join(docs) + "\n")
-    return path
+    return write_story_corpus(path, documents=60)
 
 
 TINY_SPEED = SpeedSettings(presets=("test",), reference="test", inference=("test",), seq_len=16, repeats=1,
