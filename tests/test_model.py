@@ -296,3 +296,27 @@ def test_prepacked_copy_computes_the_same_outputs():
     keep = mask.bool()
     torch.testing.assert_close(b.last_hidden_state[keep], a.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b.pooler_output, a.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def test_init_embeddings_moves_only_the_starting_point():
+    config = get_preset("test", embedding_size=16)
+    model = AlbertForPreTraining(config)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.init_embeddings(position="sinusoidal", token_type="zero", projection="unit")
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"albert.embeddings.position.weight", "albert.embeddings.token_type.weight",
+                       "albert.project.weight"}
+    assert not after["albert.embeddings.token_type.weight"].any()
+    table = after["albert.embeddings.position.weight"]
+    assert abs(float(table.std()) - config.initializer_range) < 0.2 * config.initializer_range
+    # the dot product of two sinusoidal positions depends on their offset only
+    gram = table @ table.T
+    assert torch.allclose(torch.diagonal(gram, 1)[:10], torch.diagonal(gram, 1)[10:20], rtol=1e-4, atol=1e-9)
+    proj = after["albert.project.weight"]
+    assert abs(float(proj.std()) * 16 ** 0.5 - 1.0) < 0.1
+    # the official init is the default: nothing moves
+    model.init_embeddings()
+    assert torch.equal(model.state_dict()["albert.project.weight"], proj)
+    with pytest.raises(ValueError):
+        model.init_embeddings(position="learned")

@@ -16,6 +16,8 @@ precision are applied from outside (`albertlm.distributed`).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +96,15 @@ class SelfAttention(nn.Module):
 
         q, k and v stay views of the projection (no copy); their gradients come back in the same
         [B, S, nh, hd] memory layout, so the backward pass re-joins them with one contiguous cat.
+
+        On CPU a bf16/fp16 qkv (autocast casts SDPA down) is attended in fp32 instead: PyTorch's CPU
+        flash-attention backward is 4-5x slower in bf16 than in fp32 at small shapes (albert-tiny
+        16x64: 25 ms against 5 ms per layer, a third of the whole bf16 step; docs/pretraining.md).
+        The projections around it stay in bf16.
         """
+        if qkv.device.type == "cpu" and qkv.dtype in (torch.bfloat16, torch.float16):
+            with torch.autocast("cpu", enabled=False):
+                return self.attend(qkv.float(), mask).to(qkv.dtype)
         B, S, _ = qkv.shape
         q, k, v = (t.view(B, S, self.num_heads, -1).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # [B, nh, S, hd]
         a = F.scaled_dot_product_attention(
@@ -204,6 +214,49 @@ class PreTrainedAlbert(nn.Module):
                 nn.init.zeros_(module.bias)
             elif isinstance(module, MLMHead):
                 nn.init.zeros_(module.bias)
+
+    def init_embeddings(self, position: str = "normal", token_type: str = "normal", projection: str = "normal") -> None:
+        """Start the embedding tables and the E→H projection elsewhere than the official init.
+
+        The architecture is unchanged and every table still trains; only the starting point moves.
+        With the official init (all N(0, 0.02)) the input of the first layer is the projection of a
+        LayerNorm output through a 0.02-scale matrix, about 0.02·sqrt(E) = 0.23 in scale for E=128, and
+        every position carries the same segment vector, as large as the word and position parts.
+        Positions then look alike to attention, and a small post-LN ALBERT sits on the unigram plateau
+        for thousands of steps before attention learns to look at neighbours (docs/pretraining.md
+        measures it). Each option removes one cause:
+
+        Args:
+            position: "normal" (official) or "sinusoidal": sines and cosines (Vaswani et al. 2017,
+                §3.5) scaled to the same per-entry std, so the dot product of two positions
+                depends on their offset from the first step.
+            token_type: "normal" (official) or "zero": segments start equal and the table learns
+                what distinguishes them, instead of starting as a shared offset of every token.
+            projection: "normal" (official) or "unit": the E→H matrix starts at std 1/sqrt(E), so
+                the first layer sees inputs of unit scale, as every later layer does after its
+                LayerNorm.
+        """
+        for name, value, allowed in (("position", position, ("normal", "sinusoidal")),
+                                     ("token_type", token_type, ("normal", "zero")),
+                                     ("projection", projection, ("normal", "unit"))):
+            if value not in allowed:
+                raise ValueError(f"init_embeddings: {name} must be one of {', '.join(allowed)}, got {value!r}")
+        std = self.config.initializer_range
+        for module in self.modules():
+            if isinstance(module, Embeddings):
+                if position == "sinusoidal":
+                    table = module.position.weight
+                    P, E = table.shape
+                    pos = torch.arange(P, dtype=torch.float64)[:, None]  # [P, 1]
+                    freq = torch.exp(-math.log(10000.0) * torch.arange(0, E, 2, dtype=torch.float64) / E)  # [E/2]
+                    angles = pos * freq  # [P, E/2]
+                    sinus = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(P, -1)[:, :E]  # [P, E]
+                    with torch.no_grad():
+                        table.copy_((sinus * math.sqrt(2.0) * std).to(table.dtype))
+                if token_type == "zero":
+                    nn.init.zeros_(module.token_type.weight)
+            if isinstance(module, AlbertModel) and projection == "unit":
+                nn.init.normal_(module.project.weight, mean=0.0, std=1.0 / math.sqrt(self.config.embedding_size))
 
     def num_parameters(self) -> int:
         """Distinct trainable parameters (shared and tied ones counted once)."""
