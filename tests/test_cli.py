@@ -40,3 +40,15 @@ def test_console_script_runs():
 def test_no_command_prints_help(capsys):
     assert main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
+
+
+def test_pretrain_options_change_the_named_recipe():
+    from albertlm.cli import build_parser, pretrain_recipe
+    from albertlm.train.pretrain import RECIPES
+
+    parser = build_parser()
+    assert pretrain_recipe(parser.parse_args(["pretrain"])) == RECIPES["quick"]
+    paper = pretrain_recipe(parser.parse_args(["pretrain", "--recipe", "paper", "--steps", "10"]))
+    assert paper.steps == 10 and paper.batch_size == 4096 and paper.max_seq_length == 512 and paper.lr == 0.00176
+    quick = pretrain_recipe(parser.parse_args(["pretrain", "--batch-size", "8"]))
+    assert quick.batch_size == 8 and quick.preset == RECIPES["quick"].preset

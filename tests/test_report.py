@@ -69,7 +69,7 @@ def test_report_on_a_tiny_study(tmp_path):
     for name, run in study["runs"].items():
         assert run["summary"]["steps"] == steps
         if run["variant"]["objective"] == "sop":  # Tables 3 and 4
-            assert f"**{100 * run['summary']['eval']['mlm_accuracy']:.1f}**" in text, name
+            assert f"**{100 * run['summary']['eval']['mlm_mask_accuracy']:.1f}**" in text, name
     assert all(0.0 <= run["downstream"]["accuracy"] <= 1.0 for run in study["runs"].values())
     assert "SST-2 dev %" in text
     # Table 5: three objectives, each scored on all three held-out sets

@@ -46,8 +46,12 @@ def _field_docs(cls) -> dict[str, str]:
     return docs
 
 
-def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str) -> None:
-    """One --option per field of a frozen dataclass, typed from its default."""
+def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, only_given: bool = False) -> None:
+    """One --option per field of a frozen dataclass, typed from its default.
+
+    With `only_given`, a flag that is not on the command line leaves no attribute on the namespace
+    (argparse.SUPPRESS), so the caller can lay the given ones over a named preset of the dataclass.
+    """
     import dataclasses
 
     group = p.add_argument_group(group_title)
@@ -56,12 +60,13 @@ def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str) ->
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
+        value = argparse.SUPPRESS if only_given else default
         if isinstance(default, bool):
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=value, help=help_text)
         else:
             kind = type(default) if default is not None else (float if "lr" in f.name else
                                                              int if "size" in f.name else str)
-            group.add_argument(flag, dest=f.name, type=kind, default=default, help=help_text)
+            group.add_argument(flag, dest=f.name, type=kind, default=value, help=help_text)
 
 
 def _dataclass_from_args(cls, args: argparse.Namespace):
@@ -72,7 +77,7 @@ def _dataclass_from_args(cls, args: argparse.Namespace):
 
 # ---------------------------------------------------------------------------- pretrain
 def _pretrain_args(p: argparse.ArgumentParser) -> None:
-    from albertlm.train.pretrain import PretrainRecipe
+    from albertlm.train.pretrain import RECIPES, PretrainRecipe
 
     p.add_argument("--name", default=None, help="run name (default: <preset>-<corpus>); the run directory is "
                    "<out-dir>/<name>")
@@ -81,7 +86,20 @@ def _pretrain_args(p: argparse.ArgumentParser) -> None:
                    help="delete an existing run directory of this name and start over (default: resume it)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_dataclass_options(p, PretrainRecipe, "recipe")
+    p.add_argument("--recipe", default="quick", choices=sorted(RECIPES),
+                   help="named recipe the options below change (default: quick, the built-in 15-minute CPU run; "
+                   "paper: albert-base, 512 tokens, batch 4096, LAMB at 0.00176, 125k steps)")
+    _add_dataclass_options(p, PretrainRecipe, "recipe (defaults shown are the quick recipe's)", only_given=True)
+
+
+def pretrain_recipe(args: argparse.Namespace):
+    """The named recipe (--recipe) with the options given on the command line laid over it."""
+    import dataclasses
+
+    from albertlm.train.pretrain import RECIPES, PretrainRecipe
+
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainRecipe) if hasattr(args, f.name)}
+    return dataclasses.replace(RECIPES[args.recipe], **given)
 
 
 def _pretrain_run(args: argparse.Namespace) -> int:
@@ -92,9 +110,9 @@ def _pretrain_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from albertlm.distributed import init_distributed, shutdown
-    from albertlm.train.pretrain import PretrainRecipe, format_summary, pretrain
+    from albertlm.train.pretrain import format_summary, pretrain
 
-    recipe = _dataclass_from_args(PretrainRecipe, args)
+    recipe = pretrain_recipe(args)
     name = args.name or f"{recipe.preset}-{re.sub(r'[^A-Za-z0-9._-]+', '_', Path(recipe.corpus).stem)[:40]}"
     run_dir = Path(args.out_dir) / name
     ctx = init_distributed(dict(os.environ), device=args.device)  # torchrun's variables

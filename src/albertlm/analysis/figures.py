@@ -54,7 +54,7 @@ def plot_study(runs: dict[str, Any], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for sharing, (color, marker) in style.items():
         points = sorted((r["variant"]["embedding_size"], r["backbone"] / 1e6,
-                         100 * r["summary"]["eval"]["mlm_accuracy"]) for r in runs.values()
+                         100 * r["summary"]["eval"]["mlm_mask_accuracy"]) for r in runs.values()
                         if r["variant"]["objective"] == "sop" and r["variant"]["sharing"] == sharing)
         if not points:
             continue
@@ -71,7 +71,7 @@ def plot_study(runs: dict[str, Any], path: Path, title: str) -> None:
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=8, title="sharing", title_fontsize=8)
     ax.set_xlabel("backbone parameters (millions, log scale)")
-    ax.set_ylabel("held-out MLM accuracy (%)")
+    ax.set_ylabel("held-out accuracy at [MASK] positions (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()

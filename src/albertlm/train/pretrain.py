@@ -23,6 +23,7 @@ from torch import nn
 from albertlm.checkpoint import latest_checkpoint, load_checkpoint, read_optimizer_state, save_checkpoint, unwrap
 from albertlm.config import get_preset
 from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
+from albertlm.data.masking import MASK_ID
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
                                   gather_full_state, gradient_bytes, load_optimizer_state, maybe_compile,
                                   wrap_data_parallel)
@@ -31,6 +32,10 @@ from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
 from albertlm.train.loop import StepSettings, make_scaler, train_step
 from albertlm.train.metrics import MetricsLogger
+from albertlm.train.mlm_eval import TokenBaselines, evaluate
+
+
+HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,11 @@ class PretrainRecipe:
     """Copies of the corpus with different instance splits (and masks, when static)."""
     max_predictions: int = 20
     """Masked positions per example at most (paper: 20 at length 512)."""
+    masked_lm_prob: float = 0.15
+    """Share of the tokens predicted in training (paper: 0.15). Held-out scoring always masks the
+    paper's 15%, so runs with different rates are scored on the same task."""
+    max_ngram: int = 3
+    """Longest masked span in words, p(n) ∝ 1/n (paper: 3). Held-out scoring always uses 3."""
     heldout_fraction: float = 0.05
     """Documents held out for evaluation (5% of the KJV's 1,189 chapters: about 400 examples)."""
     batch_size: int = 16
@@ -71,6 +81,12 @@ class PretrainRecipe:
     lr: float | None = 5e-3
     """Peak learning rate. None scales the paper's 0.00176 at batch 4096 by sqrt(batch/4096); that rule
     gives 1.1e-4 at batch 16, far too low for a run of a few thousand steps, hence the quick recipe's 5e-3."""
+    position_init: str = "normal"
+    """Starting point of the learned position table: normal (official) or sinusoidal."""
+    token_type_init: str = "normal"
+    """Starting point of the segment table: normal (official) or zero."""
+    projection_init: str = "normal"
+    """Starting point of the E→H projection: normal (official, std 0.02) or unit (std 1/sqrt(E))."""
     optimizer: str = "lamb"
     """lamb (paper) or adamw."""
     weight_decay: float = 0.01
@@ -90,7 +106,7 @@ class PretrainRecipe:
     checkpoint_every: int = 500
     """Save a full checkpoint every N steps (and at the end)."""
     keep_last: int = 2
-    """Checkpoints kept (the best by held-out MLM accuracy is kept too)."""
+    """Checkpoints kept (the best by held-out accuracy at [MASK] positions is kept too)."""
     seed: int = 0
     """Seed of the tokenizer sample, the data, the initialisation and the data order."""
     workers: int = 2
@@ -104,16 +120,19 @@ class PretrainRecipe:
 
     def __post_init__(self) -> None:
         choices = {"objective": ("sop", "nsp", "none"), "masking": ("dynamic", "static"),
-                   "optimizer": ("lamb", "adamw"), "precision": ("fp32", "bf16", "fp16"),
+                   "optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
+                   "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"), "precision": ("fp32", "bf16", "fp16"),
                    "on_nonfinite": ("skip", "stop"), "data_parallel": ("ddp", "fsdp"),
                    "sharing": (None, "all", "attention", "ffn", "none")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise AlbertlmError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "max_seq_length", "dupe_factor", "max_predictions", "batch_size", "steps",
+        for name in ("vocab_size", "max_seq_length", "dupe_factor", "max_predictions", "max_ngram", "batch_size", "steps",
                      "eval_every", "eval_examples", "log_every", "checkpoint_every", "workers"):
             if getattr(self, name) <= 0:
                 raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise AlbertlmError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
         if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
             raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
 
@@ -132,6 +151,18 @@ class PretrainRecipe:
         return self.lr if self.lr is not None else scaled_lr(self.batch_size)
 
 
+RECIPES: dict[str, PretrainRecipe] = {
+    # The built-in run: albert-tiny on the King James Bible in under 15 minutes on 2 CPU cores.
+    "quick": PretrainRecipe(),
+    # The paper's recipe (§4.1 and the official code): albert-base, 512 tokens, batch 4096, LAMB at
+    # 0.00176 with 3,125 warmup steps, 125k steps, 15% n-gram masking with at most 20 predictions.
+    "paper": PretrainRecipe(preset="albert-base", vocab_size=30000, max_seq_length=512, batch_size=4096,
+                            steps=125_000, warmup_steps=3125, lr=0.00176, optimizer="lamb", precision="fp32",
+                            masked_lm_prob=0.15, max_predictions=20, position_init="normal",
+                            eval_every=5000, checkpoint_every=5000, log_every=100),
+}
+
+
 # ---------------------------------------------------------------------------- losses
 def _counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
     return {"masked": float((batch["labels"] != IGNORE_INDEX).sum()), "examples": float(len(batch["labels"]))}
@@ -145,55 +176,13 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
         targets = batch["labels"][out.prediction_mask]
-        mlm_correct = float((out.prediction_logits.argmax(-1) == targets).sum())
+        at_mask = (batch["input_ids"] == MASK_ID)[out.prediction_mask]  # the headline: [MASK] positions only
+        mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
+        mask_count = float(at_mask.sum())
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
     metrics = {"mlm_loss_sum": float(out.mlm_loss.detach()) * n_masked, "sop_loss_sum": float(out.sop_loss.detach()) * n_examples,
-               "mlm_correct": mlm_correct, "sop_correct": sop_correct}
+               "mlm_mask_correct": mlm_correct, "mlm_mask_count": mask_count, "sop_correct": sop_correct}
     return mlm + sop, metrics
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext, batch_size: int = 64,
-             max_examples: int | None = None) -> dict[str, float]:
-    """Held-out MLM loss/accuracy and sentence-order accuracy (every rank its share, then summed).
-
-    Also returns the two baselines on the same positions: always predicting the most frequent
-    target token, and always predicting the majority sentence-order label.
-    """
-    model.eval()
-    sums = torch.zeros(6, dtype=torch.float64)
-    counts: dict[int, int] = {}
-    limit = min(max_examples if max_examples is not None else dataset.num_examples, dataset.num_examples)
-    # Every rank runs the same number of forward passes (FSDP's all-gathers need all of them):
-    # global chunks of batch_size x world, each rank its slice; an empty slice runs a dummy batch.
-    chunk = batch_size * ctx.world_size
-    for lo in range(0, limit, chunk):
-        mine = list(range(lo, min(lo + chunk, limit)))[ctx.rank::ctx.world_size]
-        weight = 1.0 if mine else 0.0
-        batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])]).items()}
-        out = unwrap(model)(**batch)
-        targets = batch["labels"][out.prediction_mask]
-        n_masked = len(targets)
-        sums += weight * torch.tensor([
-            float(out.mlm_loss) * n_masked, float((out.prediction_logits.argmax(-1) == targets).sum()), n_masked,
-            float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
-            float(batch["sentence_order_label"].sum()), len(batch["labels"])], dtype=torch.float64)
-        if mine:
-            for t, c in zip(*np.unique(targets.cpu().numpy(), return_counts=True)):
-                counts[int(t)] = counts.get(int(t), 0) + int(c)
-    model.train()
-    sums = all_reduce_sum(sums.to(ctx.device), ctx).cpu()
-    # the most frequent held-out target, counted on every rank's share
-    vocab = unwrap(model).config.vocab_size
-    hist = torch.zeros(vocab, dtype=torch.float64)
-    for t, c in counts.items():
-        hist[t] = c
-    hist = all_reduce_sum(hist.to(ctx.device), ctx).cpu()
-    loss_sum, correct, masked, sop_correct, sop_ones, examples = sums.tolist()
-    return {"mlm_loss": loss_sum / max(masked, 1), "mlm_accuracy": correct / max(masked, 1),
-            "sop_accuracy": sop_correct / max(examples, 1), "examples": examples, "masked_tokens": masked,
-            "baseline_mlm_accuracy": float(hist.max()) / max(masked, 1),
-            "baseline_sop_accuracy": max(sop_ones, examples - sop_ones) / max(examples, 1)}
 
 
 # ---------------------------------------------------------------------------- data preparation
@@ -210,6 +199,7 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
             settings = BuildSettings(max_seq_length=recipe.max_seq_length, objective=recipe.objective,
                                      masking=recipe.masking, dupe_factor=recipe.dupe_factor,
                                      max_predictions=recipe.max_predictions,
+                                     masked_lm_prob=recipe.masked_lm_prob, max_ngram=recipe.max_ngram,
                                      heldout_fraction=recipe.heldout_fraction, seed=recipe.seed,
                                      workers=recipe.workers)
             build_dataset(recipe.corpus, tok_dir, data_dir, settings, progress=progress)
@@ -248,9 +238,11 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
 
     train_data = PretrainingDataset(data_dir, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
-                                    max_predictions=recipe.max_predictions)
+                                    max_predictions=recipe.max_predictions, masked_lm_prob=recipe.masked_lm_prob,
+                                    max_ngram=recipe.max_ngram)
     heldout = PretrainingDataset(data_dir, "heldout", seed=recipe.seed, shuffle=False,
-                                 max_predictions=recipe.max_predictions)
+                                 max_predictions=recipe.max_predictions, masked_lm_prob=HELDOUT_MASKED_LM_PROB)
+    baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size)
     overrides: dict[str, Any] = {"vocab_size": train_data.vocab_size,
                                  "max_position_embeddings": max(recipe.max_seq_length, 512)}
     if recipe.sharing:
@@ -260,6 +252,7 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     config = get_preset(recipe.preset, **overrides)
     torch.manual_seed(recipe.seed)
     model = AlbertForPreTraining(config)
+    model.init_embeddings(recipe.position_init, recipe.token_type_init, recipe.projection_init)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     ckpt = latest_checkpoint(run_dir) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
@@ -315,17 +308,17 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             tps = window_tokens / max(now - window_start, 1e-9)
             window_tokens, window_start = 0, now
             train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
-                     "sop_loss": m["sop_loss_sum"] / m["n_examples"], "mlm_accuracy": m["mlm_correct"] / max(m["n_masked"], 1),
+                     "sop_loss": m["sop_loss_sum"] / m["n_examples"], "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
                      "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
                      "tokens_per_s": tps, "tokens_seen": tokens_seen, "skipped": m["skipped"]}
             logger.log(step, "train", train)
             if bar is not None:
-                bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{train['mlm_accuracy']:.3f}", tok_s=f"{tps:,.0f}")
+                bar.set_postfix(loss=f"{m['loss']:.3f}", mask_acc=f"{train['mlm_mask_accuracy']:.3f}", tok_s=f"{tps:,.0f}")
         if bar is not None:
             bar.update(1)
         final = step == recipe.steps
         if step % recipe.eval_every == 0 or final:
-            eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples)
+            eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
             logger.log(step, "eval", eval_metrics)
         if step % recipe.checkpoint_every == 0 or final:
             model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
@@ -334,7 +327,7 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
                 state = {"data": data_state, "tokens_seen": tokens_seen,
                          "elapsed": elapsed_before + time.perf_counter() - start}
                 save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
-                                metric=eval_metrics.get("mlm_accuracy") if step % recipe.eval_every == 0 or final else None,
+                                metric=eval_metrics.get("mlm_mask_accuracy") if step % recipe.eval_every == 0 or final else None,
                                 model_state=model_sd, optimizer_state=optim_sd)
             barrier(ctx)
         if stop_after is not None and done_here >= stop_after and not final:
@@ -342,7 +335,7 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     if bar is not None:
         bar.close()
     if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
-        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples)
+        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
     wall = elapsed_before + time.perf_counter() - start
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
@@ -386,8 +379,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"steps {summary['steps']}, {summary['tokens_seen']:,} tokens in {summary['train_seconds'] / 60:.1f} min "
              f"({summary['tokens_per_s']:,.0f} tokens/s), {summary['parameters']:,} parameters"]
     if e:
-        lines.append(f"held-out MLM accuracy {e['mlm_accuracy']:.1%}  (most-frequent-token baseline "
-                     f"{e['baseline_mlm_accuracy']:.1%}), MLM loss {e['mlm_loss']:.3f}")
+        lines.append(f"held-out accuracy at [MASK] positions {e['mlm_mask_accuracy']:.1%} (baselines: most frequent "
+                     f"token {e['baseline_unigram_accuracy']:.1%}, most frequent after the left neighbour "
+                     f"{e['baseline_bigram_accuracy']:.1%}), loss {e['mlm_mask_loss']:.3f}, "
+                     f"{e['mask_distinct_predictions']:,} distinct predictions")
+        lines.append(f"  kept positions (answer visible) {e['mlm_kept_accuracy']:.1%}, random-token positions "
+                     f"{e['mlm_random_accuracy']:.1%}; all predicted positions {e['mlm_all_accuracy']:.1%}")
         lines.append(f"held-out SOP accuracy {e['sop_accuracy']:.1%}  (chance / majority-label baseline "
                      f"{e['baseline_sop_accuracy']:.1%}), on {int(e['examples']):,} examples")
     if "model_dir" in summary:
