@@ -89,3 +89,26 @@ def test_bf16_autocast_step_runs_on_cpu():
     model = AlbertForPreTraining(get_preset("test"))
     out = _step(model, [_batch(4)], StepSettings(precision="bf16"))
     assert out["skipped"] == 0 and out["loss"] > 0
+
+
+def test_auto_precision_is_bf16_only_where_it_is_native(monkeypatch):
+    from albertlm.train.loop import resolve_precision
+
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
+    import builtins
+
+    real_open = builtins.open
+
+    def cpuinfo(flags):
+        def fake(path, *a, **k):
+            if path == "/proc/cpuinfo":
+                import io
+                return io.StringIO(f"processor\t: 0\nflags\t\t: {flags}\n")
+            return real_open(path, *a, **k)
+        return fake
+
+    monkeypatch.setattr(builtins, "open", cpuinfo("fpu sse avx2 avx512f avx512_bf16"))
+    assert resolve_precision("auto", torch.device("cpu")) == "bf16"
+    monkeypatch.setattr(builtins, "open", cpuinfo("fpu sse avx2 avx512f avx512bw"))
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"

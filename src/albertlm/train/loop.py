@@ -52,6 +52,25 @@ class StepSettings:
             raise AlbertlmError(f"on_nonfinite must be skip or stop, got {self.on_nonfinite!r}")
 
 
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" becomes bf16 where the hardware multiplies bf16 natively, fp32 elsewhere.
+
+    Native means a CUDA device with bf16 support, or a CPU whose flags (Linux /proc/cpuinfo) list
+    avx512_bf16 or amx_bf16. Without them CPU bf16 is emulated and slower than fp32.
+    Other values pass through unchanged.
+    """
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "bf16" if {"avx512_bf16", "amx_bf16"} & set(flags) else "fp32"
+
+
 def autocast(device: torch.device, precision: str):
     """The autocast context for a precision (a no-op for fp32)."""
     if precision == "fp32":
