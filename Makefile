@@ -17,6 +17,6 @@ test-all: install
 params: install
 	albertlm params
 
-# The main job: pretrain albert-tiny on the built-in King James corpus (about 14 minutes on 2 cores).
+# The main job: pretrain albert-mini on the built-in King James corpus (under 15 minutes on 2 cores).
 pretrain: install
 	albertlm pretrain

@@ -21,10 +21,12 @@ from albertlm.train.metrics import read_metrics
 from albertlm.train.pretrain import PretrainRecipe, pretrain
 
 RECIPE = dict(preset="test", max_seq_length=64, batch_size=8, steps=8, warmup_steps=2, lr=0.01, eval_every=4,
-              eval_examples=32, log_every=1, checkpoint_every=2, vocab_size=64, heldout_fraction=0.1)
+              eval_examples=32, log_every=1, checkpoint_every=2, vocab_size=64, heldout_fraction=0.1,
+              precision="fp32", curriculum_steps=0)
 ARGS = ["--preset", "test", "--max-seq-length", "64", "--batch-size", "8", "--steps", "8", "--warmup-steps", "2",
         "--lr", "0.01", "--eval-every", "4", "--eval-examples", "32", "--log-every", "1",
-        "--checkpoint-every", "2", "--vocab-size", "64", "--heldout-fraction", "0.1"]
+        "--checkpoint-every", "2", "--vocab-size", "64", "--heldout-fraction", "0.1", "--precision", "fp32",
+        "--curriculum-steps", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +118,26 @@ def test_two_processes_equal_one(prepared, tmp_path, strategy):
     assert setup["world_size"] == 2 and setup["allreduce_bytes_per_step"] > 0
     state = json.loads((tmp_path / "two" / "checkpoints" / "step-00000008" / "trainer.json").read_text())
     assert isinstance(state["data"], list) and len(state["data"]) == 2
+
+
+def test_curriculum_trains_short_examples_first_and_resumes_exactly(prepared, tmp_path):
+    _, corpus = prepared
+    recipe = PretrainRecipe(**{**RECIPE, "steps": 6, "checkpoint_every": 3, "eval_every": 6,
+                               "curriculum_seq_length": 16, "curriculum_steps": 3}, corpus=corpus)
+    ref = tmp_path / "ref"
+    _run_dir(prepared, ref)
+    pretrain(recipe, ref, progress=False)
+    assert (ref / "data-16" / "meta.json").exists()
+    train = {r["step"]: r for r in read_metrics(ref / "metrics.jsonl") if r["split"] == "train"}
+    per_step = {s: train[s]["tokens_seen"] - train.get(s - 1, {"tokens_seen": 0})["tokens_seen"] for s in train}
+    # 4x as many 16-token examples per step as 64-token ones: about the same token slots, never more
+    assert all(per_step[s] <= 8 * 64 for s in per_step)
+    assert per_step[1] > 0.5 * per_step[4]
+    state = json.loads((ref / "checkpoints" / "step-00000003" / "trainer.json").read_text())
+    assert "data_curriculum" in state and state["data_curriculum"]["position"] == 3 * 32
+    # stopped after the short phase and resumed: the same losses as the uninterrupted run
+    run = tmp_path / "resumed"
+    _run_dir(prepared, run)
+    pretrain(recipe, run, progress=False, stop_after=4)
+    pretrain(recipe, run, progress=False, resume=True)
+    assert _losses(run) == _losses(ref)

@@ -374,7 +374,7 @@ def _pretrain_command(recipe: dict, name: str, out_dir: str) -> str:
     defaults = dataclasses.asdict(PretrainRecipe())
     args = ["albertlm", "pretrain", "--name", name, "--out-dir", out_dir, "--no-progress"]
     for k, v in recipe.items():
-        if v != defaults.get(k):
+        if v != defaults.get(k) and v is not None:  # None only where another flag turns the feature off
             args += [f"--{k.replace('_', '-')}", str(v)]
     return shlex.join(args)
 

@@ -108,6 +108,9 @@ def recipe_for(settings: StudySettings, variant: Variant, steps: int) -> Pretrai
         objective=variant.objective, heldout_fraction=settings.heldout_fraction, batch_size=settings.batch_size,
         steps=steps, warmup_steps=max(1, round(settings.warmup_fraction * steps)), lr=settings.lr,
         optimizer=settings.optimizer,
+        # the study's runs keep the recipe they were designed with (fp32, official init, one length)
+        precision="fp32", position_init="normal", token_type_init="normal", projection_init="normal",
+        curriculum_seq_length=None, curriculum_steps=0,
         eval_every=steps, eval_examples=settings.eval_examples, log_every=max(1, steps // 50),
         checkpoint_every=steps, keep_last=1, seed=settings.seed, workers=settings.workers)
 

@@ -30,7 +30,7 @@ from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_
 from albertlm.errors import AlbertlmError
 from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
-from albertlm.train.loop import StepSettings, make_scaler, train_step
+from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate
 
@@ -40,10 +40,11 @@ HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the sa
 
 @dataclass(frozen=True)
 class PretrainRecipe:
-    """Every knob of a pretraining run. The defaults are the built-in quick recipe: albert-tiny on
-    the King James Bible in about a quarter of an hour on 2 CPU cores (see docs/benchmarks.md)."""
+    """Every knob of a pretraining run. The defaults are the built-in quick recipe: albert-mini on the
+    King James Bible in under a quarter of an hour on 2 CPU cores, found by the search recorded in
+    docs/pretraining.md (a 16-token curriculum, AdamW, bf16 where native, a fast-start init)."""
 
-    preset: str = "albert-tiny"
+    preset: str = "albert-mini"
     """Model preset (config.PRESETS); vocab_size comes from the tokenizer."""
     sharing: str | None = None
     """Override the preset's sharing strategy (all, attention, ffn, none)."""
@@ -68,36 +69,43 @@ class PretrainRecipe:
     paper's 15%, so runs with different rates are scored on the same task."""
     max_ngram: int = 3
     """Longest masked span in words, p(n) ∝ 1/n (paper: 3). Held-out scoring always uses 3."""
+    curriculum_seq_length: int | None = 16
+    """Train the first `curriculum_steps` steps on examples of this many tokens (a second data build),
+    with as many more examples per batch as keeps the tokens per step; None: one length throughout.
+    Short examples leave the unigram plateau far sooner (docs/pretraining.md); BERT likewise trained
+    most steps at 128 tokens before 512. curriculum_steps 0 turns the curriculum off."""
+    curriculum_steps: int = 1000
+    """Steps at curriculum_seq_length before the switch to max_seq_length."""
     heldout_fraction: float = 0.05
     """Documents held out for evaluation (5% of the KJV's 1,189 chapters: about 400 examples)."""
-    batch_size: int = 16
+    batch_size: int = 32
     """Global batch: per-device micro-batch x accumulation x world size (paper: 4096)."""
     micro_batch_size: int | None = None
     """Examples per forward pass on one device (default: the whole per-device batch)."""
-    steps: int = 2000
+    steps: int = 3500
     """Optimizer steps."""
     warmup_steps: int = 200
     """Linear warmup steps."""
-    lr: float | None = 5e-3
+    lr: float | None = 1e-3
     """Peak learning rate. None scales the paper's 0.00176 at batch 4096 by sqrt(batch/4096); that rule
-    gives 1.1e-4 at batch 16, far too low for a run of a few thousand steps, hence the quick recipe's 5e-3."""
-    position_init: str = "normal"
+    gives 1.6e-4 at batch 32, far too low for a run of a few thousand steps, hence the quick recipe's 1e-3."""
+    position_init: str = "sinusoidal"
     """Starting point of the learned position table: normal (official) or sinusoidal."""
-    token_type_init: str = "normal"
+    token_type_init: str = "zero"
     """Starting point of the segment table: normal (official) or zero."""
-    projection_init: str = "normal"
+    projection_init: str = "unit"
     """Starting point of the E→H projection: normal (official, std 0.02) or unit (std 1/sqrt(E))."""
-    optimizer: str = "lamb"
+    optimizer: str = "adamw"
     """lamb (paper) or adamw."""
     weight_decay: float = 0.01
     """Decoupled weight decay (LayerNorm and biases excluded)."""
-    precision: str = "fp32"
-    """fp32, bf16 or fp16 (GPU)."""
+    precision: str = "auto"
+    """auto (bf16 where the hardware has native bf16, else fp32), fp32, bf16 or fp16 (GPU)."""
     clip_norm: float = 1.0
     """Global gradient-norm clip."""
     on_nonfinite: str = "skip"
     """skip or stop when the loss or gradient norm is not finite."""
-    eval_every: int = 250
+    eval_every: int = 500
     """Evaluate on the held-out split every N steps (and at the end)."""
     eval_examples: int = 2048
     """Held-out examples per evaluation at most."""
@@ -121,7 +129,7 @@ class PretrainRecipe:
     def __post_init__(self) -> None:
         choices = {"objective": ("sop", "nsp", "none"), "masking": ("dynamic", "static"),
                    "optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
-                   "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"), "precision": ("fp32", "bf16", "fp16"),
+                   "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"), "precision": ("auto", "fp32", "bf16", "fp16"),
                    "on_nonfinite": ("skip", "stop"), "data_parallel": ("ddp", "fsdp"),
                    "sharing": (None, "all", "attention", "ffn", "none")}
         for name, allowed in choices.items():
@@ -131,17 +139,26 @@ class PretrainRecipe:
                      "eval_every", "eval_examples", "log_every", "checkpoint_every", "workers"):
             if getattr(self, name) <= 0:
                 raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.curriculum_seq_length is not None and not 8 <= self.curriculum_seq_length < self.max_seq_length:
+            raise AlbertlmError(f"curriculum_seq_length must be in [8, max_seq_length), got {self.curriculum_seq_length}")
+        if not 0 <= self.curriculum_steps <= self.steps:
+            raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise AlbertlmError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
         if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
             raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
 
-    def per_device_batch(self, world_size: int) -> tuple[int, int]:
-        """(micro-batch size, accumulation steps) for this world size."""
+    def per_device_batch(self, world_size: int, curriculum: bool = False) -> tuple[int, int]:
+        """(micro-batch size, accumulation steps) for this world size; with `curriculum`, of the
+        short-example phase, whose micro-batches hold max_seq_length // curriculum_seq_length times
+        as many examples (the same token slots)."""
         if self.batch_size % world_size:
             raise AlbertlmError(f"batch_size {self.batch_size} is not divisible by the {world_size} processes")
         per_device = self.batch_size // world_size
         micro = self.micro_batch_size or per_device
+        if curriculum:
+            factor = self.max_seq_length // (self.curriculum_seq_length or self.max_seq_length)
+            per_device, micro = per_device * factor, micro * factor
         if per_device % micro:
             raise AlbertlmError(f"the per-device batch {per_device} is not divisible by micro_batch_size {micro}")
         return micro, per_device // micro
@@ -158,8 +175,9 @@ RECIPES: dict[str, PretrainRecipe] = {
     # 0.00176 with 3,125 warmup steps, 125k steps, 15% n-gram masking with at most 20 predictions.
     "paper": PretrainRecipe(preset="albert-base", vocab_size=30000, max_seq_length=512, batch_size=4096,
                             steps=125_000, warmup_steps=3125, lr=0.00176, optimizer="lamb", precision="fp32",
-                            masked_lm_prob=0.15, max_predictions=20, position_init="normal",
-                            eval_every=5000, checkpoint_every=5000, log_every=100),
+                            masked_lm_prob=0.15, max_predictions=20, max_ngram=3, position_init="normal",
+                            token_type_init="normal", projection_init="normal", curriculum_seq_length=None,
+                            curriculum_steps=0, eval_every=5000, checkpoint_every=5000, log_every=100),
 }
 
 
@@ -186,8 +204,18 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
 
 
 # ---------------------------------------------------------------------------- data preparation
+def curriculum_dir(run_dir: Path, recipe: PretrainRecipe) -> Path | None:
+    """Where the short examples of the curriculum phase live (None without a curriculum)."""
+    if not recipe.curriculum_seq_length or not recipe.curriculum_steps:
+        return None
+    return run_dir / f"data-{recipe.curriculum_seq_length}"
+
+
 def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progress: bool = True) -> tuple[Path, Path]:
-    """Train the tokenizer and build the shards unless the run already has them (rank 0 works, others wait)."""
+    """Train the tokenizer and build the shards unless the run already has them (rank 0 works, others wait).
+
+    With a curriculum, a second build of the same corpus at curriculum_seq_length goes to data-<length>/.
+    """
     from albertlm.data.build import BuildSettings, build_dataset
     from albertlm.tokenizer import train_tokenizer
 
@@ -195,14 +223,17 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
     if ctx.is_main:
         if not (tok_dir / "spiece.model").exists():
             train_tokenizer(recipe.corpus, tok_dir, vocab_size=recipe.vocab_size, seed=recipe.seed, strict=False)
-        if not (data_dir / "meta.json").exists():
-            settings = BuildSettings(max_seq_length=recipe.max_seq_length, objective=recipe.objective,
+        short_dir = curriculum_dir(run_dir, recipe)
+        for directory, length in ((data_dir, recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
+            if directory is None or (directory / "meta.json").exists():
+                continue
+            settings = BuildSettings(max_seq_length=length, objective=recipe.objective,
                                      masking=recipe.masking, dupe_factor=recipe.dupe_factor,
                                      max_predictions=recipe.max_predictions,
                                      masked_lm_prob=recipe.masked_lm_prob, max_ngram=recipe.max_ngram,
                                      heldout_fraction=recipe.heldout_fraction, seed=recipe.seed,
                                      workers=recipe.workers)
-            build_dataset(recipe.corpus, tok_dir, data_dir, settings, progress=progress)
+            build_dataset(recipe.corpus, tok_dir, directory, settings, progress=progress)
     barrier(ctx)
     return tok_dir, data_dir
 
@@ -237,9 +268,14 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         recipe_path.write_text(json.dumps(dataclasses.asdict(recipe), indent=2))
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
 
-    train_data = PretrainingDataset(data_dir, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
-                                    max_predictions=recipe.max_predictions, masked_lm_prob=recipe.masked_lm_prob,
-                                    max_ngram=recipe.max_ngram)
+    def training_split(directory: Path) -> PretrainingDataset:
+        return PretrainingDataset(directory, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
+                                  max_predictions=recipe.max_predictions, masked_lm_prob=recipe.masked_lm_prob,
+                                  max_ngram=recipe.max_ngram)
+
+    train_data = training_split(data_dir)
+    short_dir = curriculum_dir(run_dir, recipe)
+    short_data = training_split(short_dir) if short_dir is not None else None
     heldout = PretrainingDataset(data_dir, "heldout", seed=recipe.seed, shuffle=False,
                                  max_predictions=recipe.max_predictions, masked_lm_prob=HELDOUT_MASKED_LM_PROB)
     baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size)
@@ -257,7 +293,10 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     ckpt = latest_checkpoint(run_dir) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
         state = load_checkpoint(ckpt, model)
-        train_data.load_state_dict(state["data"][ctx.rank] if isinstance(state["data"], list) else state["data"])
+        for dataset, key in ((train_data, "data"), (short_data, "data_curriculum")):
+            if dataset is not None:
+                saved = state[key]
+                dataset.load_state_dict(saved[ctx.rank] if isinstance(saved, list) else saved)
         step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state.get("elapsed", 0.0)
         if ctx.is_main:
             _truncate_metrics(run_dir / "metrics.jsonl", step)
@@ -268,15 +307,18 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     optimizer = build_optimizer(recipe.optimizer, unwrap(model), lr=recipe.peak_lr, weight_decay=recipe.weight_decay)
     if ckpt is not None:
         load_optimizer_state(model, optimizer, read_optimizer_state(ckpt), ctx, recipe.data_parallel)
-    settings = StepSettings(precision=recipe.precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
+    precision = resolve_precision(recipe.precision, ctx.device)
+    settings = StepSettings(precision=precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
     scaler = make_scaler(settings, ctx.device)
     micro, accum = recipe.per_device_batch(ctx.world_size)
+    short_micro = recipe.per_device_batch(ctx.world_size, curriculum=True)[0]
 
     logger = MetricsLogger(run_dir, enabled=ctx.is_main)
     comm_bytes = gradient_bytes(unwrap(model))
     logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
                                comm_bytes if ctx.distributed else 0, "world_size": ctx.world_size,
-                               "micro_batch": micro, "accumulation": accum, "peak_lr": recipe.peak_lr})
+                               "micro_batch": micro, "accumulation": accum, "peak_lr": recipe.peak_lr,
+                               "precision": precision})
     bar = None
     if progress and ctx.is_main:
         from tqdm.auto import tqdm
@@ -284,13 +326,17 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         bar = tqdm(total=recipe.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
 
     it = iter(train_data)
+    short_it = iter(short_data) if short_data is not None else None
     model.train()
     start = time.perf_counter()
     window_tokens, window_start = 0, time.perf_counter()
     eval_metrics: dict[str, float] = {}
     done_here = 0
     while step < recipe.steps:
-        batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
+        if short_it is not None and step < recipe.curriculum_steps:  # the short-example phase
+            batches = [collate([next(short_it) for _ in range(short_micro)]) for _ in range(accum)]
+        else:
+            batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
         step_tokens = sum(int(b["attention_mask"].sum()) for b in batches)
         batches = [{k: v.to(ctx.device) for k, v in b.items()} for b in batches]
         lr = lr_at(step, recipe.peak_lr, recipe.warmup_steps, recipe.steps)
@@ -323,8 +369,10 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         if step % recipe.checkpoint_every == 0 or final:
             model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
             data_state = _gather_cursors(train_data, ctx)
+            short_state = _gather_cursors(short_data, ctx) if short_data is not None else None
             if ctx.is_main:
                 state = {"data": data_state, "tokens_seen": tokens_seen,
+                         **({"data_curriculum": short_state} if short_data is not None else {}),
                          "elapsed": elapsed_before + time.perf_counter() - start}
                 save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
                                 metric=eval_metrics.get("mlm_mask_accuracy") if step % recipe.eval_every == 0 or final else None,
