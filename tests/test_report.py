@@ -147,3 +147,11 @@ def test_quick_report_cli(tmp_path):
         pytest.skip("the albertlm console script is not installed")
     assert main(["report", "--quick", "--out", str(tmp_path / "q"), "--downstream", "off"]) == 0
     assert (tmp_path / "q" / "report.md").exists()
+
+
+def test_downstream_needs_an_sst2_directory_given():
+    from albertlm.analysis.report import ReportSettings, _sst2
+
+    path, why = _sst2(ReportSettings(downstream="on"))
+    assert path is None and "--sst2" in why
+    assert _sst2(ReportSettings(downstream="off"))[0] is None

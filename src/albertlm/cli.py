@@ -349,9 +349,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-checkpoint", metavar="DIR", default=None, help="an HF-format ALBERT directory (config.json, "
                    "weights, spiece.model) added to the smoothness figure")
     p.add_argument("--downstream", choices=["auto", "on", "off"], default="auto", help="fine-tune every study model on "
-                   "SST-2 (auto: when --sst2 exists and the budget is at least 120 minutes)")
-    p.add_argument("--sst2", default="../shared/data/SST-2", metavar="DIR",
-                   help="SST-2 data directory (default: ../shared/data/SST-2)")
+                   "SST-2 (auto: when --sst2 is given and the budget is at least 120 minutes)")
+    p.add_argument("--sst2", default=None, metavar="DIR",
+                   help="GLUE SST-2 directory with train.tsv and dev.tsv, for the downstream scores (default: none)")
     p.add_argument("--corpus", default="kjv", metavar="SPEC", help="the study's corpus (default: kjv, the built-in "
                    "King James Bible)")
     p.add_argument("--threads", type=int, default=None,
@@ -373,8 +373,7 @@ def _report_run(args: argparse.Namespace) -> int:
                         ("--threads", args.threads)):
         if value is not None:
             command += [flag, str(value)]
-    for flag, value, default in (("--downstream", args.downstream, "auto"),
-                                 ("--sst2", args.sst2, "../shared/data/SST-2"),
+    for flag, value, default in (("--downstream", args.downstream, "auto"), ("--sst2", args.sst2, None),
                                  ("--corpus", args.corpus, "kjv"), ("--seed", args.seed, 0)):
         if value != default:
             command += [flag, str(value)]

@@ -61,8 +61,8 @@ class ReportSettings:
     downstream: str = "auto"
     """SST-2 fine-tuning of every study model: on, off, or auto (on when the data is there and the
     budget is at least 120 minutes)."""
-    sst2_data: str = "../shared/data/SST-2"
-    """SST-2 directory (train.tsv, dev.tsv)."""
+    sst2_data: str | None = None
+    """GLUE SST-2 directory (train.tsv, dev.tsv); None: no downstream scores."""
     threads: int | None = None
     """torch threads for everything (None: the faster of 1 and torch's default, timed on the study's model)."""
     corpus: str = "kjv"
@@ -159,11 +159,12 @@ def _logger(path: Path) -> Callable[[str], None]:
 
 def _sst2(settings: ReportSettings) -> tuple[Path | None, str]:
     """(SST-2 directory or None, why) per settings.downstream."""
-    path = Path(settings.sst2_data)
-    present = (path / "train.tsv").is_file() and (path / "dev.tsv").is_file()
     if settings.downstream == "off":
         return None, "off (--downstream off)"
-    if not present:
+    if settings.sst2_data is None:
+        return None, "skipped: no SST-2 directory given (--sst2 DIR)"
+    path = Path(settings.sst2_data)
+    if not ((path / "train.tsv").is_file() and (path / "dev.tsv").is_file()):
         return None, f"skipped: no SST-2 data at {path}"
     if settings.downstream == "auto" and (settings.quick or settings.budget < DOWNSTREAM_MIN_BUDGET):
         return None, (f"skipped: the budget ({settings.budget:g} min) is under {DOWNSTREAM_MIN_BUDGET:g} min "

@@ -113,7 +113,7 @@ class Architecture:
     hf_prefix: str
     """The backbone's prefix in transformers' state dict (a bare AlbertModel has none)."""
     heads: Callable[[AlbertConfig], list[Row]] = lambda config: []
-    """The head rows; issue 5's heads add e.g. `_linear("classifier", "classifier", num_labels, H)`."""
+    """The head rows, e.g. `_linear("classifier", "classifier", num_labels, H)` for a classifier."""
 
 
 def _classifier(config: AlbertConfig) -> list[Row]:
