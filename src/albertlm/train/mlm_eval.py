@@ -157,7 +157,7 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
         losses = nn.functional.cross_entropy(logits, targets, reduction="none")
         guess = logits.argmax(-1)
         right = guess == targets
-        base = baselines.predict(batch["input_ids"], batch["labels"] != IGNORE_INDEX)
+        base = baselines.predict(batch["input_ids"], out.prediction_mask)
         at_mask = kinds["mask"].cpu()
         row = ([float(losses[kinds[k]].sum()) for k in KINDS] + [float(right[kinds[k]].sum()) for k in KINDS]
                + [float(kinds[k].sum()) for k in KINDS]

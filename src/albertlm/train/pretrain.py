@@ -23,7 +23,6 @@ from torch import nn
 from albertlm.checkpoint import latest_checkpoint, load_checkpoint, read_optimizer_state, save_checkpoint, unwrap
 from albertlm.config import get_preset
 from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
-from albertlm.data.masking import MASK_ID
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
                                   gather_full_state, gradient_bytes, load_optimizer_state, maybe_compile,
                                   wrap_data_parallel)
@@ -32,7 +31,7 @@ from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
 from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
 from albertlm.train.metrics import MetricsLogger
-from albertlm.train.mlm_eval import TokenBaselines, evaluate
+from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
@@ -194,7 +193,7 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
         targets = batch["labels"][out.prediction_mask]
-        at_mask = (batch["input_ids"] == MASK_ID)[out.prediction_mask]  # the headline: [MASK] positions only
+        at_mask = position_kinds(batch["input_ids"], batch["labels"])["mask"][out.prediction_mask]  # the headline
         mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
         mask_count = float(at_mask.sum())
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
