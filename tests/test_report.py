@@ -62,28 +62,42 @@ def test_report_on_a_tiny_study(tmp_path):
         assert (out / name).read_bytes()[:8] == PNG
         assert f"]({name})" in text
     assert "albertlm report --test" in text and f"torch {torch.__version__}" in text
-    # every study run trained the planned steps and its held-out accuracy is what the table shows
+    # every variant ran once per seed, every run trained the planned steps (the first third at 16 tokens)
     study = results["study"]
     steps = study["plan"]["steps"]
-    assert steps >= 4 and len(study["runs"]) == len(variants(_tiny_settings(corpus).study)) == 10
+    names = variants(_tiny_settings(corpus).study)
+    assert steps >= 4 and study["seeds"] == [0, 1]
+    assert len(names) == 8 and len(study["runs"]) == 16 and set(study["variants"]) == {v.name for v in names}
     for name, run in study["runs"].items():
-        assert run["summary"]["steps"] == steps
-        if run["variant"]["objective"] == "sop":  # Tables 3 and 4
-            assert f"**{100 * run['summary']['eval']['mlm_mask_accuracy']:.1f}**" in text, name
+        assert run["summary"]["steps"] == steps and name == f"{run['variant']['name']}-s{run['seed']}"
+        assert run["recipe"]["curriculum_steps"] == steps // 3 and run["recipe"]["curriculum_seq_length"] == 16
+    # Tables 3 and 4 show each variant's mean over its seeds, each seed and the spread
+    for name, v in study["variants"].items():
+        accs = [study["runs"][f"{name}-s{seed}"]["summary"]["eval"]["mlm_mask_accuracy"] for seed in (0, 1)]
+        assert v["mask_accuracy"] == accs and v["mask_accuracy_mean"] == pytest.approx(sum(accs) / 2)
+        assert v["mask_accuracy_spread"] == pytest.approx(max(accs) - min(accs))
+        if v["variant"]["objective"] == "sop":
+            cell = f"**{100 * v['mask_accuracy_mean']:.1f}** ({100 * accs[0]:.1f}, {100 * accs[1]:.1f})"
+            assert cell in text, name
+    assert "seed spread" in text
     assert all(0.0 <= run["downstream"]["accuracy"] <= 1.0 for run in study["runs"].values())
     assert "SST-2 dev %" in text
-    # Table 5: three objectives, each scored on all three held-out sets
+    # Table 5: three objectives, each seed's model scored on all three held-out sets; SOP against chance
     assert set(study["table5"]) == {"none", "nsp", "sop"}
     for row in study["table5"].values():
-        assert set(row["scores"]) == {"none", "nsp", "sop"}
-        assert 0.0 <= row["sop_accuracy"] <= 1.0 and 0.0 <= row["nsp_accuracy"] <= 1.0
+        assert [x["seed"] for x in row["per_seed"]] == [0, 1]
+        for x in row["per_seed"]:
+            assert set(x["scores"]) == {"none", "nsp", "sop"}
+            assert 0.0 <= x["sop_accuracy"] <= 1.0 and 0.0 <= x["nsp_accuracy"] <= 1.0
+        assert row["sop_accuracy"] == pytest.approx(sum(x["sop_accuracy"] for x in row["per_seed"]) / 2)
+    assert "the SOP-trained model on SOP: mean" in text and "(SE)" in text
     # Figure 1: the two study models (trained and at initialisation) plus the checkpoint, one point per layer
     curves = study["smoothness"]
     assert len(curves) == 5 and all(c["layers"] == 3 and c["tokens"] > 0 for c in curves.values())
     assert sum("untrained" in k for k in curves) == 2 and sum("--hf-checkpoint" in k for k in curves) == 1
     # the equivalent per-run commands parse as pretrain commands
-    assert text.count("albertlm pretrain --name") == 10
-    assert (out / "study" / "runs" / "e16-all" / "model" / "config.json").exists()
+    assert text.count("albertlm pretrain --name") == 16
+    assert (out / "study" / "runs" / "e16-all-s1" / "model" / "config.json").exists()
 
 
 def test_plan_steps_splits_the_budget():

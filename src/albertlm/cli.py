@@ -103,7 +103,7 @@ def pretrain_recipe(args: argparse.Namespace):
 
 
 def _pretrain_run(args: argparse.Namespace) -> int:
-    """Pretrain; with no arguments, albert-tiny on the built-in King James corpus."""
+    """Pretrain; with no arguments, the quick recipe (albert-mini) on the built-in King James corpus."""
     import os
     import re
     import shutil
@@ -385,7 +385,7 @@ def _report_run(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Command] = {
     "data": ("build pretraining shards from a corpus, or print their statistics", _data_args, _data_run),
-    "pretrain": ("pretrain ALBERT (MLM + SOP, LAMB); with no arguments: albert-tiny on the King James Bible",
+    "pretrain": ("pretrain ALBERT (MLM + SOP); with no arguments: the quick recipe, albert-mini on the King James Bible",
                  _pretrain_args, _pretrain_run),
     "params": ("parameter, FLOP and communication accounting for every preset and the paper's ablations",
                _params_args, _params_run),

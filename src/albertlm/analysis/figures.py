@@ -44,32 +44,33 @@ def plot_speed(speed: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_study(runs: dict[str, Any], path: Path, title: str) -> None:
-    """Held-out MLM accuracy against parameters, one point per Table 3/4 variant; a line joins each
-    sharing strategy's E sweep (Table 3)."""
+def plot_study(variants: dict[str, Any], path: Path, title: str) -> None:
+    """Held-out [MASK] accuracy against parameters, one point per Table 3/4 variant (the mean over
+    seeds, with a bar from the lowest to the highest seed); a line joins each sharing strategy's E sweep."""
     plt = _plt()
     from matplotlib.ticker import FuncFormatter
 
     style = {"all": ("C0", "o"), "none": ("C1", "s"), "attention": ("C2", "^"), "ffn": ("C3", "v")}
+    names = {"all": "all-shared", "none": "not-shared", "attention": "shared-attention", "ffn": "shared-FFN"}
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for sharing, (color, marker) in style.items():
-        points = sorted((r["variant"]["embedding_size"], r["backbone"] / 1e6,
-                         100 * r["summary"]["eval"]["mlm_mask_accuracy"]) for r in runs.values()
-                        if r["variant"]["objective"] == "sop" and r["variant"]["sharing"] == sharing)
+        points = sorted((v["variant"]["embedding_size"], v["backbone"] / 1e6, 100 * v["mask_accuracy_mean"],
+                         100 * min(v["mask_accuracy"]), 100 * max(v["mask_accuracy"])) for v in variants.values()
+                        if v["variant"]["objective"] == "sop" and v["variant"]["sharing"] == sharing)
         if not points:
             continue
-        _, xs, ys = zip(*points)
-        names = {"all": "all-shared", "none": "not-shared", "attention": "shared-attention", "ffn": "shared-FFN"}
-        ax.plot(xs, ys, color=color, marker=marker, ms=7, lw=1, label=names[sharing])
-        for e, x, y in points:
+        _, xs, ys, lo, hi = map(np.asarray, zip(*points))
+        ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], color=color, marker=marker, ms=7, lw=1, capsize=3,
+                    label=names[sharing])
+        for e, x, y, _, _ in points:
             ax.annotate(f"E={e}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color=color)
     ax.set_xscale("log")
-    ticks = sorted({round(r["backbone"] / 1e6, 2) for r in runs.values()})
+    ticks = sorted({round(v["backbone"] / 1e6, 2) for v in variants.values()})
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     ax.tick_params(axis="x", labelsize=7)
-    ax.legend(fontsize=8, title="sharing", title_fontsize=8)
+    ax.legend(fontsize=8, title="sharing (bars: seed range)", title_fontsize=8)
     ax.set_xlabel("backbone parameters (millions, log scale)")
     ax.set_ylabel("held-out accuracy at [MASK] positions (%)")
     ax.set_title(title, fontsize=10)
@@ -88,8 +89,10 @@ def plot_table5(table5: dict[str, Any], paper: dict[str, tuple[float, float, flo
     for ax, task, title in zip(axes, tasks, ("MLM accuracy", "NSP accuracy", "SOP accuracy")):
         x = np.arange(len(objectives))
         ours = [100 * table5[o][task] for o in objectives]
+        seeds = [[100 * r[task] for r in table5[o].get("per_seed", [])] or [v] for o, v in zip(objectives, ours)]
+        spread = np.array([[v - min(s) for v, s in zip(ours, seeds)], [max(s) - v for v, s in zip(ours, seeds)]])
         theirs = [paper[o][tasks.index(task)] for o in objectives]
-        ax.bar(x - 0.2, ours, 0.4, label="ours")
+        ax.bar(x - 0.2, ours, 0.4, yerr=spread, capsize=3, label="ours (mean; bars: seed range)")
         ax.bar(x + 0.2, theirs, 0.4, label="paper", hatch="//", alpha=0.5)
         for xi, v in zip(x, ours):
             ax.annotate(f"{v:.1f}", (xi - 0.2, v), ha="center", va="bottom", fontsize=7)
@@ -120,7 +123,7 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], path: Path, window: 
             ax.plot(steps[k - 1:], smooth, label=name, lw=1.2)
     ax.set_xlabel("step")
     ax.set_ylabel(f"training MLM loss (running mean of {window} logs)")
-    ax.set_title("Pretraining MLM loss of every run of the study", fontsize=10)
+    ax.set_title("Pretraining MLM loss of every variant (first seed)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -177,6 +177,8 @@ def _training_curves(study: dict[str, Any]) -> dict[str, list[tuple[int, float]]
 
     curves = {}
     for name, run in study["runs"].items():
+        if run["seed"] != study["seeds"][0]:  # one seed keeps the figure legible
+            continue
         path = Path(run["summary"]["run_dir"]) / "metrics.jsonl"
         curves[name] = [(r["step"], r["mlm_loss"]) for r in read_metrics(path) if r.get("split") == "train"]
     return curves
@@ -267,8 +269,9 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         figures = {"speed": "speed.png", "study": "embedding_sharing.png", "table5": "objectives.png",
                    "smoothness": "smoothness.png", "curves": "training_curves.png"}
         plot_speed(speed, out / figures["speed"])
-        plot_study(study["runs"], out / figures["study"],
-                   f"Held-out MLM accuracy vs parameters ({study_settings.preset}, {study['plan']['steps']} steps)")
+        plot_study(study["variants"], out / figures["study"],
+                   f"Held-out [MASK] accuracy vs parameters ({study_settings.preset}, {study['plan']['steps']} steps, "
+                   f"{len(study['seeds'])} seeds)")
         plot_table5(study["table5"], PAPER_TABLE5, out / figures["table5"])
         plot_smoothness({k: v for k, v in study["smoothness"].items()}, out / figures["smoothness"],
                         "Input vs output of every layer, held-out tokens (Figure 1)")

@@ -4,11 +4,17 @@ One tokenizer and one data build per sentence-level objective (sop, nsp, none) a
 on the same corpus, seed and held-out documents, and copied into every run directory
 (`train.pretrain.prepare_data` reuses what a run directory already holds). Then:
 
-  - Table 3: embedding size E in {64, 128, H} x sharing {all, none};
+  - Table 3: embedding size E in {64, 128, H} (all-shared; `table3_sharing` adds not-shared);
   - Table 4: sharing {all, attention, ffn, none} at E = 128;
   - Table 5: the E = 128 all-shared model trained with sop (shared with Tables 3 and 4), nsp and none,
     each evaluated on the held-out pairs of all three builds;
   - Figure 1: layer smoothness of the all-shared and not-shared E = 128 models.
+
+Every variant is trained `seeds` times (initialisation, data order and masks differ; the data
+build and held-out documents do not), so a difference between variants can be set against the
+seed-to-seed spread of each. The runs use the quick pretraining recipe (albert-mini, AdamW, a
+16-token curriculum for the first third of the steps, bf16 where native): the recipe that leaves
+the unigram plateau on this corpus (docs/pretraining.md).
 
 Budget: the time left for the study (see `plan_steps`) is split evenly among the runs; a step time
 measured on real batches of the most expensive variant turns each run's share into a step count.
@@ -41,25 +47,33 @@ OBJECTIVE_NAMES = {"sop": "SOP", "nsp": "NSP", "none": "None"}
 class StudySettings:
     """The study's model, data and optimisation (the budget comes from the report)."""
 
-    preset: str = "albert-tiny"
+    preset: str = "albert-mini"
     """The model shape (config.PRESETS); E and sharing vary per variant."""
     corpus: str = "kjv"
     """Corpus spec: the built-in King James Bible by default, or a file path."""
     vocab_size: int = 8000
     """SentencePiece vocabulary (capped at what the corpus supports)."""
     max_seq_length: int = 64
-    """Tokens per pretraining example (64: twice the steps of 128 in the same time; on KJV albert-tiny
-    leaves the unigram plateau after ~300 steps at 64, not within 300 at 128)."""
-    batch_size: int = 16
+    """Tokens per pretraining example after the curriculum."""
+    curriculum_seq_length: int | None = 16
+    """Tokens per example during the curriculum (None: no curriculum)."""
+    curriculum_fraction: float = 1 / 3
+    """Share of the steps trained at curriculum_seq_length (each step then holds
+    max_seq_length / curriculum_seq_length times more, shorter, examples)."""
+    batch_size: int = 32
     """Examples per step."""
-    optimizer: str = "lamb"
-    """lamb (the paper's) or adamw."""
-    lr: float = 5e-3
-    """Peak learning rate (short runs need far more than the paper's batch-4096 rate scaled down)."""
-    warmup_fraction: float = 0.1
+    optimizer: str = "adamw"
+    """adamw (the quick recipe's) or lamb (the paper's)."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    warmup_fraction: float = 0.06
     """Share of the steps spent warming up."""
     embedding_sizes: tuple[int, ...] = (64, 128, 0)
     """Table 3's E values; 0 means E = H."""
+    table3_sharing: tuple[str, ...] = ("all",)
+    """Sharing strategies swept over E in Table 3 (the paper's grid: ("all", "none"))."""
+    seeds: int = 2
+    """Training runs per variant, with seeds seed, seed + 1, ..."""
     heldout_fraction: float = 0.08
     """Documents held out (never trained on) for every evaluation."""
     eval_examples: int = 1024
@@ -69,9 +83,20 @@ class StudySettings:
     calibration_steps: int = 3
     """Timed steps (after one warm-up) that measure the step time."""
     seed: int = 0
-    """Seed of the tokenizer sample, the data, every initialisation and data order."""
+    """Seed of the tokenizer sample and the data builds, and of each variant's first run."""
     workers: int = 1
     """Processes of each data build."""
+
+    def __post_init__(self) -> None:
+        from albertlm.errors import AlbertlmError
+
+        if self.seeds < 1:
+            raise AlbertlmError(f"study seeds must be at least 1, got {self.seeds}")
+        if not 0.0 <= self.curriculum_fraction < 1.0:
+            raise AlbertlmError(f"study curriculum_fraction must be in [0, 1), got {self.curriculum_fraction}")
+        unknown = [s for s in self.table3_sharing if s not in ("all", "attention", "ffn", "none")]
+        if unknown or not self.table3_sharing:
+            raise AlbertlmError(f"study table3_sharing: unknown or empty {unknown or self.table3_sharing}")
 
 
 @dataclass(frozen=True)
@@ -83,40 +108,57 @@ class Variant:
 
 
 def variants(settings: StudySettings) -> list[Variant]:
-    """The runs: Table 3's grid, Table 4's extra sharing strategies, Table 5's extra objectives."""
+    """The variants: Table 3's E sweep, Table 4's other sharing strategies, Table 5's other objectives."""
     hidden = get_preset(settings.preset).hidden_size
-    sizes = [e or hidden for e in settings.embedding_sizes]
+    sizes = list(dict.fromkeys(e or hidden for e in settings.embedding_sizes))
     base = base_embedding(settings)
-    out = [Variant(f"e{e}-{s}", e, s) for s in ("all", "none") for e in sizes]
-    out += [Variant(f"e{base}-{s}", base, s) for s in ("attention", "ffn")]
+    out = [Variant(f"e{e}-{s}", e, s) for s in settings.table3_sharing for e in sizes]
+    out += [Variant(f"e{base}-{s}", base, s) for s in ("all", "attention", "ffn", "none")
+            if s not in settings.table3_sharing]
     out += [Variant(f"e{base}-all-{o}", base, "all", o) for o in ("nsp", "none")]
     return out
 
 
+def seeds(settings: StudySettings) -> list[int]:
+    """The training seeds of every variant."""
+    return [settings.seed + k for k in range(settings.seeds)]
+
+
+def run_name(variant: Variant, seed: int) -> str:
+    """The run directory of one variant trained with one seed."""
+    return f"{variant.name}-s{seed}"
+
+
 def base_embedding(settings: StudySettings) -> int:
-    """The E of Tables 4 and 5 and Figure 1: the preset's own E when the grid has it (128 for albert-tiny)."""
+    """The E of Tables 4 and 5 and Figure 1: the preset's own E when the grid has it (128 for albert-mini)."""
     preset = get_preset(settings.preset)
     sizes = [e or preset.hidden_size for e in settings.embedding_sizes]
     return preset.embedding_size if preset.embedding_size in sizes else sizes[0]
 
 
-def recipe_for(settings: StudySettings, variant: Variant, steps: int) -> PretrainRecipe:
-    """The PretrainRecipe of one run."""
-    return PretrainRecipe(
-        preset=settings.preset, sharing=variant.sharing, embedding_size=variant.embedding_size,
+def curriculum_steps(settings: StudySettings, steps: int) -> int:
+    """Steps at the curriculum length (0: none, also when the steps are too few to split)."""
+    if settings.curriculum_seq_length is None:
+        return 0
+    return int(settings.curriculum_fraction * steps)
+
+
+def recipe_for(settings: StudySettings, variant: Variant, steps: int, seed: int | None = None) -> PretrainRecipe:
+    """The PretrainRecipe of one run: the quick recipe with the study's settings and the variant's."""
+    short = curriculum_steps(settings, steps)
+    return dataclasses.replace(
+        PretrainRecipe(), preset=settings.preset, sharing=variant.sharing, embedding_size=variant.embedding_size,
         corpus=settings.corpus, vocab_size=settings.vocab_size, max_seq_length=settings.max_seq_length,
+        curriculum_seq_length=settings.curriculum_seq_length if short else None, curriculum_steps=short,
         objective=variant.objective, heldout_fraction=settings.heldout_fraction, batch_size=settings.batch_size,
         steps=steps, warmup_steps=max(1, round(settings.warmup_fraction * steps)), lr=settings.lr,
         optimizer=settings.optimizer,
-        # the study's runs keep the recipe they were designed with (fp32, official init, one length)
-        precision="fp32", position_init="normal", token_type_init="normal", projection_init="normal",
-        curriculum_seq_length=None, curriculum_steps=0,
         eval_every=steps, eval_examples=settings.eval_examples, log_every=max(1, steps // 50),
-        checkpoint_every=steps, keep_last=1, seed=settings.seed, workers=settings.workers)
+        checkpoint_every=steps, keep_last=1, seed=settings.seed if seed is None else seed, workers=settings.workers)
 
 
 def prepare_shared(settings: StudySettings, root: Path, log: Callable[[str], None]) -> dict[str, Path]:
-    """One tokenizer and one build per objective under root/<objective>/{tokenizer,data}."""
+    """One tokenizer and one build per objective under root/<objective>/{tokenizer,data[,data-<short>]}."""
     dirs: dict[str, Path] = {}
     first: Path | None = None
     for objective in ("sop", "nsp", "none"):
@@ -125,37 +167,56 @@ def prepare_shared(settings: StudySettings, root: Path, log: Callable[[str], Non
         if first is not None and not (d / "tokenizer").exists():
             shutil.copytree(first / "tokenizer", d / "tokenizer")
         log(f"study: {'tokenizer + ' if first is None else ''}data build ({objective})")
-        prepare_data(recipe_for(settings, Variant("x", 128, "all", objective), 1), d, DistContext(), progress=False)
+        recipe = recipe_for(settings, Variant("x", 128, "all", objective), 1)
+        if settings.curriculum_seq_length is not None:  # the short build too, whatever the step count
+            recipe = dataclasses.replace(recipe, curriculum_seq_length=settings.curriculum_seq_length,
+                                         curriculum_steps=1)
+        prepare_data(recipe, d, DistContext(), progress=False)
         first = first or d
         dirs[objective] = d
     return dirs
 
 
-def measure_step_seconds(settings: StudySettings, data_dir: Path) -> float:
-    """Median seconds of one optimizer step of the most expensive variant (E = H, not shared)."""
+def measure_step_seconds(settings: StudySettings, shared: Path) -> float:
+    """Median seconds of one optimizer step of the most expensive variant (E = H, not shared), at the
+    recipe's precision; with a curriculum, the mean over the run of short and full-length steps."""
     from albertlm.data.loader import PretrainingDataset, collate
     from albertlm.model import AlbertForPreTraining
     from albertlm.optim import build_optimizer
+    from albertlm.train.loop import autocast, resolve_precision
 
-    data = PretrainingDataset(data_dir, "train", seed=settings.seed)
+    device = torch.device("cpu")
+    precision = resolve_precision(recipe_for(settings, Variant("x", 128, "all"), 1).precision, device)
     hidden = get_preset(settings.preset).hidden_size
-    config = get_preset(settings.preset, vocab_size=data.vocab_size, embedding_size=max(
+    vocab = PretrainingDataset(shared / "data", "train", seed=settings.seed).vocab_size
+    config = get_preset(settings.preset, vocab_size=vocab, embedding_size=max(
         [e or hidden for e in settings.embedding_sizes]), sharing="none",
         max_position_embeddings=max(settings.max_seq_length, 512))
-    torch.manual_seed(settings.seed)
-    model = AlbertForPreTraining(config).train()
-    optimizer = build_optimizer(settings.optimizer, model, lr=settings.lr, weight_decay=0.01)
-    it = iter(data)
-    times = []
-    for k in range(settings.calibration_steps + 1):
-        batch = collate([next(it) for _ in range(settings.batch_size)])
-        start = time.perf_counter()
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if k:  # the first step warms up
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+
+    def median_step(directory: Path, batch_size: int) -> float:
+        torch.manual_seed(settings.seed)
+        model = AlbertForPreTraining(config).train()
+        optimizer = build_optimizer(settings.optimizer, model, lr=settings.lr, weight_decay=0.01)
+        it = iter(PretrainingDataset(directory, "train", seed=settings.seed))
+        times = []
+        for k in range(settings.calibration_steps + 1):
+            batch = collate([next(it) for _ in range(batch_size)])
+            start = time.perf_counter()
+            with autocast(device, precision):
+                loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if k:  # the first step warms up
+                times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    full = median_step(shared / "data", settings.batch_size)
+    short_len = settings.curriculum_seq_length
+    if short_len is None or settings.curriculum_fraction == 0:
+        return full
+    short = median_step(shared / f"data-{short_len}", settings.batch_size * settings.max_seq_length // short_len)
+    return settings.curriculum_fraction * short + (1 - settings.curriculum_fraction) * full
 
 
 def plan_steps(seconds_available: float, runs: int, step_seconds: float, settings: StudySettings,
@@ -177,7 +238,7 @@ def plan_steps(seconds_available: float, runs: int, step_seconds: float, setting
 
 def _copy_data(shared: Path, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    for part in ("tokenizer", "data"):
+    for part in sorted(p.name for p in shared.iterdir() if p.name == "tokenizer" or p.name.startswith("data")):
         if not (run_dir / part).exists():
             shutil.copytree(shared / part, run_dir / part)
 
@@ -210,57 +271,73 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
     t0 = started if started is not None else time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
     shared = prepare_shared(settings, root / "shared", log)
-    step_seconds = measure_step_seconds(settings, shared["sop"] / "data")
+    step_seconds = measure_step_seconds(settings, shared["sop"])
     plan_variants = variants(settings)
+    run_seeds = seeds(settings)
     left = seconds_available - (time.perf_counter() - t0)
     reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
-    plan = plan_steps(left - reserve, len(plan_variants), step_seconds, settings,
-                      finetune_share if sst2_dir else 0.0)
-    plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve)
-    log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {len(plan_variants)} runs "
-        f"({plan['per_run_seconds']:.0f} s each)")
+    n_runs = len(plan_variants) * len(run_seeds)
+    plan = plan_steps(left - reserve, n_runs, step_seconds, settings, finetune_share if sst2_dir else 0.0)
+    plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve,
+                curriculum_steps=curriculum_steps(settings, int(plan["steps"])), runs=n_runs)
+    log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {len(plan_variants)} variants x "
+        f"{len(run_seeds)} seeds ({plan['per_run_seconds']:.0f} s each)")
     ctx = DistContext()
     runs: dict[str, dict[str, Any]] = {}
-    for v in plan_variants:
-        run_dir = root / "runs" / v.name
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # every number comes from this run
-        _copy_data(shared[v.objective], run_dir)
-        recipe = recipe_for(settings, v, int(plan["steps"]))
-        log(f"study: pretraining {v.name} ({recipe.steps} steps)")
-        start = time.perf_counter()
-        summary = pretrain(recipe, run_dir, ctx, progress=False)
-        config = AlbertForPreTraining.from_pretrained(run_dir / "model").config
-        count = count_parameters(config)
-        runs[v.name] = {"variant": dataclasses.asdict(v), "recipe": dataclasses.asdict(recipe),
-                        "summary": summary, "seconds": time.perf_counter() - start,
-                        "backbone": count.backbone, "with_heads": count.with_heads}
-        if sst2_dir is not None:
-            runs[v.name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, v.name)
+    for seed in run_seeds:  # seed-major: the first seed's runs are complete before the second's begin
+        for v in plan_variants:
+            name = run_name(v, seed)
+            run_dir = root / "runs" / name
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # every number comes from this run
+            _copy_data(shared[v.objective], run_dir)
+            recipe = recipe_for(settings, v, int(plan["steps"]), seed)
+            log(f"study: pretraining {name} ({recipe.steps} steps)")
+            start = time.perf_counter()
+            summary = pretrain(recipe, run_dir, ctx, progress=False)
+            config = AlbertForPreTraining.from_pretrained(run_dir / "model").config
+            count = count_parameters(config)
+            runs[name] = {"variant": dataclasses.asdict(v), "seed": seed, "recipe": dataclasses.asdict(recipe),
+                          "summary": summary, "seconds": time.perf_counter() - start,
+                          "backbone": count.backbone, "with_heads": count.with_heads}
+            log(f"study: {name}: [MASK] accuracy {100 * summary['eval']['mlm_mask_accuracy']:.1f}%")
+            if sst2_dir is not None:
+                runs[name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
 
-    # Table 5: every objective's model on the held-out pairs of every build
+    # Table 5: every objective's model on the held-out pairs of every build, for every seed
     base = base_embedding(settings)
     heldout = {o: _heldout(shared[o] / "data", settings) for o in ("sop", "nsp", "none")}
     table5: dict[str, dict[str, Any]] = {}
     for objective in ("none", "nsp", "sop"):
-        name = f"e{base}-all" + ("" if objective == "sop" else f"-{objective}")
-        model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
-        scores = {task: evaluate(model, heldout[task], ctx, max_examples=settings.eval_examples)
-                  for task in ("none", "nsp", "sop")}
-        table5[objective] = {"run": name, "mlm_accuracy": scores["none"]["mlm_mask_accuracy"],
+        variant = Variant(f"e{base}-all" + ("" if objective == "sop" else f"-{objective}"), base, "all", objective)
+        per_seed = []
+        for seed in run_seeds:
+            name = run_name(variant, seed)
+            model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
+            scores = {task: evaluate(model, heldout[task], ctx, max_examples=settings.eval_examples)
+                      for task in ("none", "nsp", "sop")}
+            per_seed.append({"run": name, "seed": seed, "mlm_accuracy": scores["none"]["mlm_mask_accuracy"],
                              "nsp_accuracy": scores["nsp"]["sop_accuracy"],
-                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores}
-        log(f"study: Table 5 row {objective}: MLM {table5[objective]['mlm_accuracy']:.3f} "
-            f"NSP {table5[objective]['nsp_accuracy']:.3f} SOP {table5[objective]['sop_accuracy']:.3f}")
+                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores})
+            log(f"study: Table 5 {name}: MLM {per_seed[-1]['mlm_accuracy']:.3f} "
+                f"NSP {per_seed[-1]['nsp_accuracy']:.3f} SOP {per_seed[-1]['sop_accuracy']:.3f}")
+        table5[objective] = {"variant": variant.name, "per_seed": per_seed,
+                             **{k: _mean([x[k] for x in per_seed])
+                                for k in ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")},
+                             "pairs": {t: int(per_seed[0]["scores"][t]["examples"]) for t in ("nsp", "sop")},
+                             "baseline": {t: per_seed[0]["scores"][t]["baseline_sop_accuracy"]
+                                          for t in ("nsp", "sop")}}
 
-    # Figure 1: smoothness of the all-shared and not-shared models (and an HF checkpoint)
+    # Figure 1: smoothness of the all-shared and not-shared models (first seed) and an HF checkpoint
     batches = unmasked_heldout_batches(shared["sop"] / "data", batch_size=32, max_examples=settings.eval_examples,
                                        seed=settings.seed)
     curves: dict[str, Any] = {}
-    for name, label in ((f"e{base}-all", "all-shared (ALBERT)"), (f"e{base}-none", "not-shared (BERT-style)")):
+    first = run_seeds[0]
+    for sharing, label in (("all", "all-shared (ALBERT)"), ("none", "not-shared (BERT-style)")):
+        name = run_name(Variant(f"e{base}-{sharing}", base, sharing), first)
         trained = AlbertModel.from_pretrained(root / "runs" / name / "model")
         curves[label] = {"run": name, **smoothness(trained, batches)}
-        torch.manual_seed(settings.seed)  # the same architecture before training: what training changed
+        torch.manual_seed(first)  # the same architecture before training: what training changed
         curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
                                      **smoothness(AlbertModel(trained.config), batches)}
     if hf_checkpoint:
@@ -276,10 +353,37 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
     builds = {o: json.loads((shared[o] / "data" / "meta.json").read_text()) for o in shared}
     shape = get_preset(settings.preset)
     return {"settings": dataclasses.asdict(settings), "hidden": shape.hidden_size, "layers": shape.num_hidden_layers,
-            "plan": plan, "runs": runs, "table5": table5,
+            "plan": plan, "seeds": run_seeds, "runs": runs, "variants": aggregate(runs), "table5": table5,
             "smoothness": curves, "base_embedding": base,
             "builds": {o: {"documents": b["documents"], "text_tokens": b["text_tokens"], "splits": b["splits"]}
                        for o, b in builds.items()}}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per variant: the runs over seeds, their [MASK] accuracies and losses, mean and spread (max - min)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
+        v = run["variant"]
+        entry = out.setdefault(v["name"], {"variant": v, "backbone": run["backbone"], "with_heads": run["with_heads"],
+                                           "runs": [], "seeds": [], "mask_accuracy": [], "mask_loss": [],
+                                           "downstream": []})
+        ev = run["summary"]["eval"]
+        entry["runs"].append(name)
+        entry["seeds"].append(run["seed"])
+        entry["mask_accuracy"].append(ev["mlm_mask_accuracy"])
+        entry["mask_loss"].append(ev["mlm_mask_loss"])
+        if run.get("downstream", {}).get("accuracy") is not None:
+            entry["downstream"].append(run["downstream"]["accuracy"])
+    for entry in out.values():
+        for key in ("mask_accuracy", "mask_loss", "downstream"):
+            values = entry[key]
+            entry[f"{key}_mean"] = _mean(values) if values else None
+            entry[f"{key}_spread"] = max(values) - min(values) if values else None
+    return out
 
 
 def _finetune_sst2(run_dir: Path, sst2_dir: Path, plan: dict[str, float], settings: StudySettings,
