@@ -7,19 +7,25 @@ A run directory holds
         optimizer.pt                      optimizer state (tensors + plain Python, read with weights_only=True)
         trainer.json                      step, schedule, data cursor, numpy RNG states, metrics
         rng.pt                            torch CPU (and CUDA) RNG states
+        checksums.json                    the sha256 of every other file of the checkpoint
     checkpoints/latest             a text file naming the newest complete checkpoint
     checkpoints/best               a text file naming the best checkpoint by the chosen metric
 
 A checkpoint is written into a temporary directory and renamed into place in one step, then
 `latest` is replaced atomically: a kill at any moment leaves the previous checkpoint intact.
+safetensors carries no checksum of its own (a flipped data byte loads silently), so every file's
+sha256 is recorded and `resume_checkpoint` verifies it; a checkpoint that is missing, incomplete
+or fails verification is skipped, with a notice, for the newest one before it that passes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,8 @@ from albertlm.errors import AlbertlmError
 from albertlm.utils import atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
+CHECKSUMS = "checksums.json"
+REQUIRED = ("config.json", "model.safetensors", "trainer.json")
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -88,6 +96,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         torch.save(rng_state(), tmp / "rng.pt")
         state = dict(trainer_state, step=step, metric=metric)
         (tmp / "trainer.json").write_text(json.dumps(state, indent=2, sort_keys=True))
+        sums = {f.name: sha256_file(f) for f in sorted(tmp.iterdir()) if f.is_file()}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1, sort_keys=True))
         for f in tmp.iterdir():  # make the content durable before it becomes visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -105,6 +115,77 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
             atomic_write_text(root / "best", final.name + "\n")
     _prune(root, keep_last)
     return final
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checkpoint(ckpt: Path) -> str | None:
+    """None when the checkpoint is complete and every recorded checksum matches; else why not."""
+    missing = [f for f in REQUIRED if not (ckpt / f).is_file()]
+    if missing:
+        return f"incomplete (no {', '.join(missing)})"
+    if not (ckpt / CHECKSUMS).is_file():
+        return None  # written before checksums were recorded: nothing to verify against
+    try:
+        sums = json.loads((ckpt / CHECKSUMS).read_text())
+    except (OSError, ValueError):
+        return f"{CHECKSUMS} is unreadable"
+    if not isinstance(sums, dict):
+        return f"{CHECKSUMS} is not a mapping"
+    for name, expected in sorted(sums.items()):
+        if "/" in name or name.startswith("."):
+            return f"{CHECKSUMS} names an invalid file {name!r}"
+        path = ckpt / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if sha256_file(path) != expected:
+            return f"{name} fails its sha256 check (the file changed after it was written)"
+    return None
+
+
+def resume_checkpoint(run_dir: str | os.PathLike, notice: Callable[[str], None] = print) -> Path | None:
+    """The checkpoint to resume from: `latest` when it is complete and verified, otherwise the
+    newest earlier one that is, with a notice naming what was skipped and why; None if none is."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return None
+    pointer = _pointer(root, "latest")
+    candidates = sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True)
+    if pointer is not None:
+        named = root / pointer
+        if "/" in pointer or pointer.startswith(".") or not named.is_dir():
+            notice(f"{root / 'latest'} names {pointer!r}, which is not a checkpoint here; looking for the newest "
+                   "complete one")
+        else:
+            candidates = [named] + [p for p in candidates if p.name < named.name]
+    elif candidates:
+        notice(f"{root / 'latest'} is missing or empty; looking for the newest complete checkpoint")
+    for ckpt in candidates:
+        problem = verify_checkpoint(ckpt)
+        if problem is None:
+            return ckpt
+        notice(f"{ckpt}: {problem}; skipping it")
+    return None
+
+
+def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete what a killed save leaves behind (temporary files and checkpoint directories); the paths."""
+    run_dir = Path(run_dir)
+    root = run_dir / CHECKPOINT_DIR
+    stale = [*root.glob(".step-*"), *root.glob(".latest.*.tmp"), *root.glob(".best.*.tmp"),
+             *(run_dir / "model").glob(".*.tmp"), *run_dir.glob(".summary.json.*.tmp")]
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
 
 
 def _prune(root: Path, keep_last: int) -> None:

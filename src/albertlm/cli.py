@@ -103,26 +103,31 @@ def pretrain_recipe(args: argparse.Namespace):
 
 
 def _pretrain_run(args: argparse.Namespace) -> int:
-    """Pretrain; with no arguments, the quick recipe (albert-mini) on the built-in King James corpus."""
+    """Pretrain; with no arguments, the quick recipe (albert-mini) on the built-in King James corpus.
+
+    Everything is validated before anything is written or deleted: the recipe, the corpus, the
+    run name (a plain name under --out-dir) and, with --restart, that the directory is a run
+    albertlm created. pretrain() then locks the directory for the whole run.
+    """
     import os
     import re
-    import shutil
     from pathlib import Path
 
+    from albertlm.data.corpus import Corpus
     from albertlm.distributed import init_distributed, shutdown
+    from albertlm.rundir import check_removable, run_directory
     from albertlm.train.pretrain import format_summary, pretrain
 
     recipe = pretrain_recipe(args)
+    Corpus(recipe.corpus)  # a corpus that cannot be read fails here, before any work
     name = args.name or f"{recipe.preset}-{re.sub(r'[^A-Za-z0-9._-]+', '_', Path(recipe.corpus).stem)[:40]}"
-    run_dir = Path(args.out_dir) / name
+    run_dir = run_directory(args.out_dir, name)
+    if args.restart:
+        check_removable(run_dir)
     ctx = init_distributed(dict(os.environ), device=args.device)  # torchrun's variables
     try:
-        if args.restart and ctx.is_main and run_dir.exists():
-            shutil.rmtree(run_dir)
-        resume = (run_dir / "checkpoints" / "latest").exists() and not args.restart
-        if resume and ctx.is_main:
-            print(f"resuming the run in {run_dir} (pass --restart to start over)", flush=True)
-        summary = pretrain(recipe, run_dir, ctx, resume=resume, progress=not args.no_progress)
+        summary = pretrain(recipe, run_dir, ctx, resume=not args.restart, restart=args.restart,
+                           progress=not args.no_progress)
         if ctx.is_main:
             print(format_summary(summary))
     finally:

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.checkpoint import latest_checkpoint, load_checkpoint, read_optimizer_state, save_checkpoint, unwrap
+from albertlm.checkpoint import (load_checkpoint, read_optimizer_state, remove_stale_temporaries, resume_checkpoint,
+                                 save_checkpoint, unwrap)
 from albertlm.config import get_preset
 from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
@@ -29,9 +30,11 @@ from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_
 from albertlm.errors import AlbertlmError
 from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
+from albertlm.rundir import RunLock, claim_run_dir, clear_run
 from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
+from albertlm.utils import atomic_write_text
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
@@ -144,6 +147,7 @@ class PretrainRecipe:
             raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise AlbertlmError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+        get_preset(self.preset)  # an unknown preset fails here, before any work
         if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
             raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
 
@@ -168,7 +172,7 @@ class PretrainRecipe:
 
 
 RECIPES: dict[str, PretrainRecipe] = {
-    # The built-in run: albert-tiny on the King James Bible in under 15 minutes on 2 CPU cores.
+    # The built-in run: albert-mini on the King James Bible in under 15 minutes on 2 CPU cores.
     "quick": PretrainRecipe(),
     # The paper's recipe (§4.1 and the official code): albert-base, 512 tokens, batch 4096, LAMB at
     # 0.00176 with 3,125 warmup steps, 125k steps, 15% n-gram masking with at most 20 predictions.
@@ -239,7 +243,8 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
 
 # ---------------------------------------------------------------------------- the run
 def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | None = None,
-             resume: bool = False, progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
+             resume: bool = False, progress: bool = True, stop_after: int | None = None,
+             restart: bool = False) -> dict[str, Any]:
     """Run (or resume) a pretraining run in `run_dir`.
 
     Args:
@@ -251,12 +256,31 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
         progress: show a progress bar on the main rank.
         stop_after: stop (without the final save) once this many steps are done in this call;
             used by tests to simulate an interrupted run.
+        restart: first delete what an earlier run left in run_dir (only a directory albertlm
+            marked as a run: rundir.clear_run).
     Returns:
         A summary: final held-out metrics with baselines, steps, wall time, tokens/s.
+
+    The main process holds run_dir's lock (rundir.RunLock) for the whole run: a second run of the
+    same directory fails at once. The metrics log is cut to the step the run starts from.
     """
     ctx = ctx or DistContext()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not ctx.is_main:
+        barrier(ctx)  # the main process locks, claims and clears the directory first
+        return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
+    with RunLock(run_dir):
+        claim_run_dir(run_dir)
+        if restart:
+            clear_run(run_dir)
+        for path in remove_stale_temporaries(run_dir):
+            print(f"removed {path}, left by an interrupted save", flush=True)
+        barrier(ctx)
+        return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
+
+
+def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: bool, progress: bool,
+              stop_after: int | None) -> dict[str, Any]:
     recipe_path = run_dir / "recipe.json"
     if resume and recipe_path.exists():
         saved = json.loads(recipe_path.read_text())
@@ -264,7 +288,7 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             diff = sorted(k for k in saved if saved.get(k) != dataclasses.asdict(recipe).get(k))
             raise AlbertlmError(f"{recipe_path}: --resume with different settings ({', '.join(diff)})")
     elif ctx.is_main:
-        recipe_path.write_text(json.dumps(dataclasses.asdict(recipe), indent=2))
+        atomic_write_text(recipe_path, json.dumps(dataclasses.asdict(recipe), indent=2))
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
 
     def training_split(directory: Path) -> PretrainingDataset:
@@ -289,7 +313,7 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     model = AlbertForPreTraining(config)
     model.init_embeddings(recipe.position_init, recipe.token_type_init, recipe.projection_init)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
-    ckpt = latest_checkpoint(run_dir) if resume else None
+    ckpt = resume_checkpoint(run_dir, notice=_notice(ctx)) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
         state = load_checkpoint(ckpt, model)
         for dataset, key in ((train_data, "data"), (short_data, "data_curriculum")):
@@ -298,7 +322,9 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
                 dataset.load_state_dict(saved[ctx.rank] if isinstance(saved, list) else saved)
         step, tokens_seen, elapsed_before = state["step"], state["tokens_seen"], state.get("elapsed", 0.0)
         if ctx.is_main:
-            _truncate_metrics(run_dir / "metrics.jsonl", step)
+            print(f"resuming the run in {run_dir} from {ckpt.name} (pass --restart to start over)", flush=True)
+    if ctx.is_main:  # records after the starting step belong to an interrupted attempt
+        _truncate_metrics(run_dir / "metrics.jsonl", step)
     model = model.to(ctx.device)
     if recipe.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -395,19 +421,27 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
         summary["model_dir"] = str(final_dir)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     logger.close()
     return summary
 
 
+def _notice(ctx: DistContext):
+    def notice(message: str) -> None:
+        if ctx.is_main:
+            print(message, flush=True)
+    return notice
+
+
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop records written after the checkpoint we resume from (the killed run's last steps)."""
+    """Drop records written after the step a run starts from (an interrupted attempt's last steps;
+    everything when it starts from 0). The start writes its own setup record."""
     if not path.exists():
         return
     from albertlm.train.metrics import read_metrics
-    from albertlm.utils import atomic_write_text
 
-    kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    kept = [r for r in read_metrics(path)
+            if r.get("step", 0) < step or (r.get("step", 0) == step and r.get("split") != "setup")]
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 

@@ -1,0 +1,166 @@
+"""Run directories: nothing outside a run is deleted, one run per directory, records survive restarts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from albertlm.checkpoint import resume_checkpoint, verify_checkpoint
+from albertlm.cli import main
+from albertlm.errors import AlbertlmError
+from albertlm.rundir import MARKER, RunLock, check_removable, claim_run_dir, clear_run, validate_run_name
+from albertlm.train.metrics import read_metrics
+from albertlm.train.pretrain import PretrainRecipe, pretrain
+from test_pretrain import ARGS, RECIPE, _losses, _run_dir, prepared  # noqa: F401  (prepared is a fixture)
+
+
+def _steps(run_dir, split="train"):
+    return [r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if r["split"] == split]
+
+
+@pytest.mark.parametrize("name", [".", "..", "a/b", "/tmp/x", "", "a\\b", "x" * 201])
+def test_run_names_must_be_plain(name):
+    with pytest.raises(AlbertlmError, match="plain name"):
+        validate_run_name(name)
+
+
+@pytest.mark.parametrize("name", [".", "..", "../victim", "VICTIM_ABS"])
+def test_restart_with_a_path_as_name_deletes_nothing(tmp_path, capsys, name):
+    out_dir = tmp_path / "runs"
+    (out_dir / "other-run").mkdir(parents=True)
+    (out_dir / "other-run" / MARKER).write_text("{}")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("keep me")
+    name = str(victim) if name == "VICTIM_ABS" else name
+    code = main(["pretrain", "--restart", "--name", name, "--out-dir", str(out_dir), "--preset", "test"])
+    assert code == 2 and "plain name" in capsys.readouterr().err
+    assert (victim / "precious.txt").read_text() == "keep me" and (out_dir / "other-run" / MARKER).exists()
+
+
+def test_restart_refuses_a_directory_albertlm_did_not_create(tmp_path, capsys):
+    target = tmp_path / "runs" / "photos"
+    target.mkdir(parents=True)
+    (target / "holiday.jpg").write_bytes(b"\xff\xd8")
+    code = main(["pretrain", "--restart", "--name", "photos", "--out-dir", str(tmp_path / "runs"), "--preset", "test"])
+    err = capsys.readouterr().err
+    assert code == 2 and MARKER in err and "not deleting" in err
+    assert (target / "holiday.jpg").exists()
+    # and a run without --restart refuses to write into it
+    with pytest.raises(AlbertlmError, match="holds files albertlm did not write"):
+        claim_run_dir(target)
+    assert not (target / MARKER).exists()
+
+
+def test_restart_validates_every_setting_before_deleting(tmp_path, capsys):
+    run = tmp_path / "runs" / "r"
+    claim_run_dir(run)
+    (run / "metrics.jsonl").write_text('{"step": 1, "split": "train"}\n')
+    for bad in (["--preset", "no-such-preset"], ["--corpus", str(tmp_path / "missing.txt")], ["--steps", "0"]):
+        code = main(["pretrain", "--restart", "--name", "r", "--out-dir", str(tmp_path / "runs"), *bad])
+        assert code == 2, bad
+        assert (run / "metrics.jsonl").exists(), bad
+    assert "no-such-preset" in capsys.readouterr().err
+
+
+def test_out_dir_that_is_a_file_is_one_line(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["pretrain", "--out-dir", str(f), "--name", "r", "--preset", "test"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_clear_run_keeps_only_the_marker_and_lock(tmp_path):
+    run = tmp_path / "r"
+    claim_run_dir(run)
+    (run / "checkpoints").mkdir()
+    (run / "metrics.jsonl").write_text("{}\n")
+    with RunLock(run):
+        clear_run(run)
+        assert sorted(p.name for p in run.iterdir()) == sorted([MARKER, ".albertlm-lock", ".albertlm-lock.owner"])
+    check_removable(tmp_path / "does-not-exist")  # nothing to delete is fine
+
+
+def test_a_second_run_of_the_same_directory_is_refused_at_once(prepared, tmp_path, capsys):
+    _, corpus = prepared
+    run = _run_dir(prepared, tmp_path / "runs" / "busy")
+    # another process holds the run (a real OS lock from a different process)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from albertlm.rundir import RunLock\n"
+        f"with RunLock({str(run)!r}):\n    print('locked', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        code = main(["pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path / "runs"), "--name", "busy",
+                     "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and "in use by another run" in err and f"pid {holder.pid}" in err
+        assert not (run / "metrics.jsonl").exists()  # the refused run wrote nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    # once the holder is gone (however it died), the run proceeds
+    assert main(["pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path / "runs"), "--name", "busy",
+                 "--no-progress"]) == 0
+    assert _steps(run) == list(range(1, 9))
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_its_log_again(prepared, tmp_path):
+    _, corpus = prepared
+    recipe = PretrainRecipe(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
+    run = _run_dir(prepared, tmp_path / "run")
+    pretrain(recipe, run, progress=False, stop_after=3)
+    assert _steps(run) == [1, 2, 3] and not (run / "checkpoints" / "latest").exists()
+    pretrain(recipe, run, progress=False, resume=True)
+    assert _steps(run) == list(range(1, 9))  # no duplicated records
+    assert _steps(run, "setup") == [0]
+
+
+def _checkpointed_run(prepared, tmp_path, name="run"):
+    _, corpus = prepared
+    recipe = PretrainRecipe(**{**RECIPE, "keep_last": 3}, corpus=corpus)
+    run = _run_dir(prepared, tmp_path / name)
+    pretrain(recipe, run, progress=False, stop_after=6)  # checkpoints at steps 2, 4, 6
+    return recipe, run
+
+
+def test_latest_naming_a_missing_checkpoint_falls_back_to_the_newest_complete_one(prepared, tmp_path, capsys):
+    recipe, run = _checkpointed_run(prepared, tmp_path)
+    (run / "checkpoints" / "latest").write_text("step-00000099\n")
+    notices = []
+    assert resume_checkpoint(run, notices.append).name == "step-00000006"
+    assert "not a checkpoint here" in notices[0]
+    (run / "checkpoints" / "latest").write_text("")
+    assert resume_checkpoint(run, notices.append).name == "step-00000006"
+    pretrain(recipe, run, progress=False, resume=True)
+    assert "resuming the run" in capsys.readouterr().out and _steps(run) == list(range(1, 9))
+
+
+def test_a_corrupt_checkpoint_is_skipped_for_the_previous_one(prepared, tmp_path):
+    recipe, run = _checkpointed_run(prepared, tmp_path)
+    ref = _run_dir(prepared, tmp_path / "ref")
+    pretrain(recipe, ref, progress=False)
+    newest = run / "checkpoints" / "step-00000006"
+    sums = json.loads((newest / "checksums.json").read_text())
+    assert set(sums) >= {"model.safetensors", "trainer.json", "optimizer.pt", "config.json"}
+    data = bytearray((newest / "model.safetensors").read_bytes())
+    data[-5] ^= 0x01  # one flipped bit in the tensor data: safetensors itself would load it
+    (newest / "model.safetensors").write_bytes(bytes(data))
+    assert "sha256" in verify_checkpoint(newest)
+    notices = []
+    assert resume_checkpoint(run, notices.append).name == "step-00000004"
+    assert "step-00000006" in notices[0]
+    pretrain(recipe, run, progress=False, resume=True)
+    assert _losses(run) == _losses(ref)  # resumed from step 4, bit for bit
+
+
+def test_stale_temporaries_of_a_killed_save_are_removed_on_start(prepared, tmp_path, capsys):
+    recipe, run = _checkpointed_run(prepared, tmp_path)
+    stale = [run / "checkpoints" / ".step-00000008.abc", run / "checkpoints" / ".latest.xyz.tmp"]
+    stale[0].mkdir()
+    (stale[0] / "model.safetensors").write_bytes(b"\0" * 1000)
+    stale[1].write_text("step-00000008\n")
+    pretrain(recipe, run, progress=False, resume=True)
+    assert not any(p.exists() for p in stale)
+    assert "left by an interrupted save" in capsys.readouterr().out
