@@ -14,6 +14,7 @@ import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
+from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
 from albertlm.tasks.common import pad_batch
 from albertlm.tasks.registry import get_task
@@ -298,8 +299,15 @@ def test_recipe_defaults_follow_table_14():
     # tasks without a Table 14 row: 3 epochs, 10% warmup
     chn = FinetuneRecipe().resolve(get_task("chnsenticorp"), 9600)
     assert (chn.steps, chn.warmup_steps, chn.lr) == (900, 90, 2e-5)
-    # CLI strings are typed
-    assert FinetuneRecipe(steps="7", dropout="0.1").steps == 7
+    # the CLI types its flags from the type hints; the library refuses wrong types and non-finite numbers
+    from albertlm.cli import build_parser
+
+    args = build_parser().parse_args(["finetune", "--task", "sst-2", "--model", "m", "--data", "d", "--out", "o",
+                                      "--steps", "7", "--dropout", "0.1", "--epochs", "none"])
+    assert (args.steps, args.dropout, args.epochs) == (7, 0.1, None)
+    for bad in ({"steps": "7"}, {"dropout": float("nan")}, {"lr": float("inf")}, {"steps": True}):
+        with pytest.raises(AlbertlmError, match=next(iter(bad))):
+            FinetuneRecipe(**bad)
 
 
 def test_finetune_from_a_transformers_masked_lm_directory(model_dir, runs, tmp_path):

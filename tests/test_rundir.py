@@ -164,3 +164,45 @@ def test_stale_temporaries_of_a_killed_save_are_removed_on_start(prepared, tmp_p
     pretrain(recipe, run, progress=False, resume=True)
     assert not any(p.exists() for p in stale)
     assert "left by an interrupted save" in capsys.readouterr().out
+
+
+def test_a_rerun_with_other_settings_is_refused_with_saved_and_new_values(prepared, tmp_path, capsys):
+    _, corpus = prepared
+    recipe = PretrainRecipe(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
+    run = _run_dir(prepared, tmp_path / "runs" / "r")
+    pretrain(recipe, run, progress=False, stop_after=2)  # killed before its first checkpoint
+    # the tokenizer and data stages are checked even when no checkpoint exists yet
+    import dataclasses
+
+    for change, message in (({"max_seq_length": 32}, "data/ (max_seq_length: saved 64, now 32)"),
+                            ({"vocab_size": 80}, "tokenizer/ (vocab_size: saved 64, now 80)"),
+                            ({"masked_lm_prob": 0.3}, "masked_lm_prob: saved 0.15, now 0.3")):
+        with pytest.raises(AlbertlmError, match="--restart") as exc:
+            pretrain(dataclasses.replace(recipe, **change), run, progress=False)
+        assert message in str(exc.value)
+    # through the CLI: recipe.json names every changed setting and the fix
+    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path / "runs"), "--name", "r", "--no-progress"]
+    assert main(["pretrain", *args, "--vocab-size", "80"]) == 2
+    err = capsys.readouterr().err
+    assert "vocab_size: saved 64, now 80" in err and "--restart" in err and "--resume" not in err
+    # --restart rebuilds with the new settings
+    assert main(["pretrain", *args, "--vocab-size", "80", "--restart"]) == 0
+    assert json.loads((run / "recipe.json").read_text())["vocab_size"] == 80
+
+
+def test_flags_are_typed_from_the_settings_type_hints(capsys):
+    from albertlm.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["pretrain", "--curriculum-seq-length", "none", "--sharing", "none", "--lr", "1e-3",
+                              "--steps", "10", "--data-seed", "3", "--compile"])
+    assert args.curriculum_seq_length is None and args.sharing == "none" and args.lr == 1e-3
+    assert args.steps == 10 and args.data_seed == 3 and args.compile is True
+    for bad, message in ((["--lr", "nan"], "finite"), (["--lr", "inf"], "finite"), (["--steps", "2.5"], "integer"),
+                         (["--batch-size", "x"], "integer")):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["pretrain", *bad])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    for bad in ({"lr": float("nan")}, {"steps": 2.5}, {"weight_decay": float("inf")}):
+        with pytest.raises(AlbertlmError, match=next(iter(bad))):
+            PretrainRecipe(**bad)

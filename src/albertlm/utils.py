@@ -40,3 +40,33 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write a binary file atomically."""
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def check_field_types(obj) -> None:
+    """Every field of a dataclass instance holds a value of its declared type, and floats are finite.
+
+    int fields take ints (not bools or strings), float fields ints or finite floats; None is accepted
+    where the type allows it. Raises AlbertlmError naming the field.
+    """
+    import dataclasses
+    import math
+    import types
+    import typing
+
+    from albertlm.errors import AlbertlmError
+
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint, value = hints[f.name], getattr(obj, f.name)
+        args = typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            if value is None and type(None) in args:
+                continue
+            rest = [a for a in args if a is not type(None)]
+            hint = rest[0] if len(rest) == 1 else None
+        if hint is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not ok:
+                raise AlbertlmError(f"{f.name} must be a finite number, got {value!r}")
+        elif hint is int and (not isinstance(value, int) or isinstance(value, bool)):
+            raise AlbertlmError(f"{f.name} must be an integer, got {value!r}")

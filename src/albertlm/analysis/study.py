@@ -154,7 +154,8 @@ def recipe_for(settings: StudySettings, variant: Variant, steps: int, seed: int 
         steps=steps, warmup_steps=max(1, round(settings.warmup_fraction * steps)), lr=settings.lr,
         optimizer=settings.optimizer,
         eval_every=steps, eval_examples=settings.eval_examples, log_every=max(1, steps // 50),
-        checkpoint_every=steps, keep_last=1, seed=settings.seed if seed is None else seed, workers=settings.workers)
+        checkpoint_every=steps, keep_last=1, seed=settings.seed if seed is None else seed, data_seed=settings.seed,
+        workers=settings.workers)
 
 
 def prepare_shared(settings: StudySettings, root: Path, log: Callable[[str], None]) -> dict[str, Path]:

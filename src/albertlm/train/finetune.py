@@ -36,6 +36,7 @@ from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.loop import StepSettings, train_step
 from albertlm.train.metrics import MetricsLogger
+from albertlm.utils import check_field_types
 
 
 @dataclass(frozen=True)
@@ -92,15 +93,7 @@ class FinetuneRecipe:
     """Raise on the first malformed data row instead of skipping and reporting it."""
 
     def __post_init__(self) -> None:
-        # The CLI passes unset numeric options as strings (their default is None): type them here.
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, str) and f.name not in ("optimizer", "precision"):
-                kind = int if "int" in str(f.type) else float
-                try:
-                    object.__setattr__(self, f.name, kind(value))
-                except ValueError:
-                    raise AlbertlmError(f"{f.name} must be a {kind.__name__}, got {value!r}") from None
+        check_field_types(self)
         if self.optimizer not in ("adamw", "lamb") or self.precision not in ("fp32", "bf16", "fp16"):
             raise AlbertlmError("optimizer must be adamw or lamb, precision fp32, bf16 or fp16")
         for name in ("lr", "batch_size", "micro_batch_size", "steps", "epochs", "max_seq_length", "eval_every",

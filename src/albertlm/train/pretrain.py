@@ -34,7 +34,7 @@ from albertlm.rundir import RunLock, claim_run_dir, clear_run
 from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
-from albertlm.utils import atomic_write_text
+from albertlm.utils import atomic_write_text, check_field_types
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
@@ -119,6 +119,9 @@ class PretrainRecipe:
     """Checkpoints kept (the best by held-out accuracy at [MASK] positions is kept too)."""
     seed: int = 0
     """Seed of the tokenizer sample, the data, the initialisation and the data order."""
+    data_seed: int | None = None
+    """Seed of the tokenizer's sample and the data build (None: `seed`). Runs that differ only in
+    `seed` can then share one tokenizer and data build."""
     workers: int = 2
     """Processes for the data build."""
     activation_checkpointing: bool = False
@@ -129,6 +132,7 @@ class PretrainRecipe:
     """ddp or fsdp when launched with torchrun."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         choices = {"objective": ("sop", "nsp", "none"), "masking": ("dynamic", "static"),
                    "optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
                    "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"), "precision": ("auto", "fp32", "bf16", "fp16"),
@@ -165,6 +169,11 @@ class PretrainRecipe:
         if per_device % micro:
             raise AlbertlmError(f"the per-device batch {per_device} is not divisible by micro_batch_size {micro}")
         return micro, per_device // micro
+
+    @property
+    def build_seed(self) -> int:
+        """The seed of the tokenizer and data stages."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     @property
     def peak_lr(self) -> float:
@@ -214,6 +223,58 @@ def curriculum_dir(run_dir: Path, recipe: PretrainRecipe) -> Path | None:
     return run_dir / f"data-{recipe.curriculum_seq_length}"
 
 
+STAGE_FILE = "albertlm-stage.json"
+"""Written into the tokenizer directory of a run: the settings the tokenizer was trained with."""
+BUILD_FIELDS = ("objective", "masking", "dupe_factor", "max_predictions", "masked_lm_prob", "max_ngram",
+                "heldout_fraction")
+"""The recipe fields a data build depends on (besides its length, corpus and seed)."""
+
+
+def _tokenizer_stage(recipe: PretrainRecipe) -> dict[str, Any]:
+    return {"corpus": recipe.corpus, "vocab_size": recipe.vocab_size, "seed": recipe.build_seed}
+
+
+def check_stages(recipe: PretrainRecipe, run_dir: Path) -> None:
+    """Refuse (one line: saved vs new values and the fix) to reuse a tokenizer or data build that a
+    run directory holds from other settings."""
+    problems: list[str] = []
+
+    def compare(stage: str, saved: dict[str, Any], wanted: dict[str, Any]) -> None:
+        diffs = [f"{k}: saved {saved[k]!r}, now {v!r}" for k, v in wanted.items() if k in saved and saved[k] != v]
+        if diffs:
+            problems.append(f"{stage} ({'; '.join(diffs)})")
+
+    tok_dir = run_dir / "tokenizer"
+    if (tok_dir / STAGE_FILE).exists():
+        compare("tokenizer/", _read_json(tok_dir / STAGE_FILE), _tokenizer_stage(recipe))
+    elif (tok_dir / "tokenizer_config.json").exists():  # placed there by hand: what its config records
+        saved = _read_json(tok_dir / "tokenizer_config.json").get("albertlm", {})
+        compare("tokenizer/", {"vocab_size": saved["requested_vocab_size"]} if "requested_vocab_size" in saved else {},
+                {"vocab_size": recipe.vocab_size})
+    short_dir = curriculum_dir(run_dir, recipe)
+    for directory, length in ((run_dir / "data", recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
+        if directory is None or not (directory / "meta.json").exists():
+            continue
+        meta = _read_json(directory / "meta.json")
+        saved = {**meta.get("settings", {}), "corpus": meta.get("corpus")}
+        wanted = {"max_seq_length": length, "corpus": recipe.corpus, "seed": recipe.build_seed,
+                  **{k: getattr(recipe, k) for k in BUILD_FIELDS}}
+        compare(f"{directory.name}/", saved, wanted)
+    if problems:
+        raise AlbertlmError(f"{run_dir}: built with other settings: {', '.join(problems)}; pass --restart to start "
+                            "over with the new settings, or choose another --name")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AlbertlmError(f"{path}: unreadable ({exc.__class__.__name__})") from None
+    if not isinstance(value, dict):
+        raise AlbertlmError(f"{path}: not a JSON object")
+    return value
+
+
 def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progress: bool = True) -> tuple[Path, Path]:
     """Train the tokenizer and build the shards unless the run already has them (rank 0 works, others wait).
 
@@ -224,8 +285,10 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
 
     tok_dir, data_dir = run_dir / "tokenizer", run_dir / "data"
     if ctx.is_main:
+        check_stages(recipe, run_dir)
         if not (tok_dir / "spiece.model").exists():
-            train_tokenizer(recipe.corpus, tok_dir, vocab_size=recipe.vocab_size, seed=recipe.seed, strict=False)
+            train_tokenizer(recipe.corpus, tok_dir, vocab_size=recipe.vocab_size, seed=recipe.build_seed, strict=False)
+            atomic_write_text(tok_dir / STAGE_FILE, json.dumps(_tokenizer_stage(recipe), indent=1))
         short_dir = curriculum_dir(run_dir, recipe)
         for directory, length in ((data_dir, recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
             if directory is None or (directory / "meta.json").exists():
@@ -234,7 +297,7 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
                                      masking=recipe.masking, dupe_factor=recipe.dupe_factor,
                                      max_predictions=recipe.max_predictions,
                                      masked_lm_prob=recipe.masked_lm_prob, max_ngram=recipe.max_ngram,
-                                     heldout_fraction=recipe.heldout_fraction, seed=recipe.seed,
+                                     heldout_fraction=recipe.heldout_fraction, seed=recipe.build_seed,
                                      workers=recipe.workers)
             build_dataset(recipe.corpus, tok_dir, directory, settings, progress=progress)
     barrier(ctx)
@@ -283,10 +346,12 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
               stop_after: int | None) -> dict[str, Any]:
     recipe_path = run_dir / "recipe.json"
     if resume and recipe_path.exists():
-        saved = json.loads(recipe_path.read_text())
-        if saved != dataclasses.asdict(recipe):
-            diff = sorted(k for k in saved if saved.get(k) != dataclasses.asdict(recipe).get(k))
-            raise AlbertlmError(f"{recipe_path}: --resume with different settings ({', '.join(diff)})")
+        saved, now = _read_json(recipe_path), dataclasses.asdict(recipe)
+        diffs = [f"{k}: saved {saved.get(k)!r}, now {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+                 if saved.get(k) != now.get(k) and k in now]
+        if diffs:
+            raise AlbertlmError(f"{recipe_path}: this run was started with other settings ({'; '.join(diffs)}); "
+                                "pass --restart to start over with the new settings, or choose another --name")
     elif ctx.is_main:
         atomic_write_text(recipe_path, json.dumps(dataclasses.asdict(recipe), indent=2))
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
