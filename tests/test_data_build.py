@@ -176,3 +176,29 @@ def test_chinese_whole_word_masking(tmp_path):
             checked += 1
         assert starts.sum() < (labels.size - 3)  # multi-character words exist
     assert checked > 50
+
+
+def test_training_and_stats_draw_the_same_masks_from_the_build_settings(kjv_tokenizer, tmp_path, capsys):
+    out = tmp_path / "d"
+    build_dataset("kjv", kjv_tokenizer, out, BuildSettings(max_seq_length=64, heldout_fraction=0.05,
+                                                           masked_lm_prob=0.4, max_ngram=1, max_predictions=30),
+                  progress=False)
+    s = data_stats(out, sample=500)
+    assert abs(s["mask_rate"] - 0.4) <= 0.02 and s["ngram_fractions"] == {"1": 1.0}
+    # the loader, told nothing, masks as the build says; its draws are the ones stats counted
+    data = PretrainingDataset(out, "train", seed=0, shuffle=False)
+    assert (data.masked_lm_prob, data.max_ngram, data.max_predictions) == (0.4, 1, 30)
+    masked = sum(int((data.example(i)["labels"] != -100).sum()) for i in range(300))
+    maskable = sum(len(data.example(i)["labels"]) - 3 for i in range(300))
+    assert abs(masked / maskable - 0.4) <= 0.03
+    assert np.array_equal(data.example(7)["labels"], data.dynamic_mask(7).labels)
+    # an interrupted build (no meta.json) is refused by the loader as by the CLI
+    (out / "meta.json").unlink()
+    with pytest.raises(AlbertlmError, match="no meta.json"):
+        PretrainingDataset(out, "train")
+    assert main(["data", "stats", str(out)]) == 2 and "no meta.json" in capsys.readouterr().err
+
+
+def test_stats_sample_must_be_positive(kjv_data, capsys):
+    assert main(["data", "stats", str(kjv_data), "--sample", "-5"]) == 2
+    assert "--sample" in capsys.readouterr().err

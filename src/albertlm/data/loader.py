@@ -44,11 +44,13 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, directory: str | os.PathLike, split: str = "train", rank: int = 0, world_size: int = 1,
                  seed: int = 0, shuffle: bool = True, epochs: int | None = None, masking: str = "auto",
-                 masked_lm_prob: float = 0.15, max_predictions: int | None = None, max_ngram: int = 3):
+                 masked_lm_prob: float | None = None, max_predictions: int | None = None,
+                 max_ngram: int | None = None):
         super().__init__()
         if not 0 <= rank < world_size:
             raise AlbertlmError(f"rank {rank} is outside world_size {world_size}")
         self.directory = Path(directory)
+        build = read_build_meta(self.directory)["settings"]
         self.shards = [Shard(p) for p in list_shards(self.directory, split)]
         self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
@@ -65,9 +67,10 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         if masking not in ("static", "dynamic"):
             raise AlbertlmError(f"masking must be auto, static or dynamic, got {masking!r}")
         self.masking = masking
-        self.masked_lm_prob = masked_lm_prob
-        self.max_predictions = int(max_predictions or meta.get("max_predictions", 20))
-        self.max_ngram = max_ngram
+        # dynamic masks follow the build's recorded settings unless told otherwise
+        self.masked_lm_prob = float(build["masked_lm_prob"] if masked_lm_prob is None else masked_lm_prob)
+        self.max_predictions = int(max_predictions or meta.get("max_predictions", build["max_predictions"]))
+        self.max_ngram = int(build["max_ngram"] if max_ngram is None else max_ngram)
         self.rank, self.world_size, self.seed, self.shuffle, self.epochs = rank, world_size, seed, shuffle, epochs
         self.position = 0  # examples this rank has taken from the stream
         self._perm: tuple[int, np.ndarray] | None = None
@@ -116,16 +119,23 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
             pos = shard.row("mlm_positions", i, "mlm_offsets").astype(np.int64)
             labels[pos] = shard.row("mlm_labels", i, "mlm_offsets")
         else:
-            from albertlm.data.masking import mask_instance
-
-            rng = np.random.default_rng([self.seed, epoch, index, 1])
-            word_start = shard.row("word_start", i, "tokens_offsets").astype(bool)
-            masked = mask_instance(tokens, word_start, rng, vocab_size=self.vocab_size,
-                                   masked_lm_prob=self.masked_lm_prob, max_predictions=self.max_predictions,
-                                   max_ngram=self.max_ngram)
+            masked = self.dynamic_mask(index, epoch)
             tokens, labels = masked.input_ids.astype(np.int64), masked.labels.astype(np.int64)
         return {"input_ids": tokens, "token_type_ids": types, "attention_mask": np.ones(n, dtype=np.int64),
                 "labels": labels, "sentence_order_label": np.int64(shard["sentence_order_label"][i])}
+
+    def dynamic_mask(self, index: int, epoch: int = 0):
+        """The dynamic mask of global example `index` in `epoch` (masking.MaskedInstance): the one
+        draw training makes, also used by `data stats`."""
+        from albertlm.data.masking import mask_instance
+
+        s = int(np.searchsorted(self.starts, index, side="right") - 1)
+        shard, i = self.shards[s], index - int(self.starts[s])
+        tokens = shard.row("tokens", i).astype(np.int64)
+        word_start = shard.row("word_start", i, "tokens_offsets").astype(bool)
+        return mask_instance(tokens, word_start, np.random.default_rng([self.seed, epoch, index, 1]),
+                             vocab_size=self.vocab_size, masked_lm_prob=self.masked_lm_prob,
+                             max_predictions=self.max_predictions, max_ngram=self.max_ngram)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         while True:
@@ -137,6 +147,27 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
                 self._perm = (epoch, self._order(epoch))
             self.position += 1  # advance first: the cursor always names the NEXT example
             yield self.example(int(self._perm[1][offset]), epoch)
+
+
+def read_build_meta(directory: Path) -> dict[str, Any]:
+    """A completed build's meta.json (an interrupted build has none and is refused)."""
+    import json
+
+    path = Path(directory) / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AlbertlmError(f"{directory}: no meta.json (not a completed `albertlm data build` output; "
+                            "an interrupted build is rebuilt by running it again)") from None
+    except (ValueError, UnicodeDecodeError):
+        raise AlbertlmError(f"{path}: not valid JSON") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict):
+        raise AlbertlmError(f"{path}: no settings object (not an `albertlm data build` meta.json)")
+    missing = [k for k in ("masked_lm_prob", "max_predictions", "max_ngram", "seed", "masking", "max_seq_length")
+               if k not in meta["settings"]]
+    if missing:
+        raise AlbertlmError(f"{path}: settings lack {', '.join(missing)}")
+    return meta
 
 
 def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8) -> dict[str, torch.Tensor]:

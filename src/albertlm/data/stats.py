@@ -8,13 +8,11 @@ as the loader draws them in epoch 0.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from albertlm.data.masking import mask_instance
 from albertlm.data.shards import Shard, list_shards
 from albertlm.errors import AlbertlmError
 
@@ -31,11 +29,12 @@ def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) 
     Returns:
         A dict of counts and fractions (see module docstring).
     """
+    from albertlm.data.loader import PretrainingDataset, read_build_meta
+
+    if sample < 1:
+        raise AlbertlmError(f"--sample must be at least 1, got {sample}")
     directory = Path(directory)
-    try:
-        meta = json.loads((directory / "meta.json").read_text())
-    except FileNotFoundError:
-        raise AlbertlmError(f"{directory}: no meta.json (not a completed `albertlm data build` output)") from None
+    meta = read_build_meta(directory)
     settings = meta["settings"]
     shards = [Shard(p) for p in list_shards(directory, split)]
     n = sum(len(s) for s in shards)
@@ -48,25 +47,18 @@ def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) 
         maskable = tokens - SPECIALS_PER_EXAMPLE * n
         spans = np.concatenate([np.asarray(s["span_n"]) for s in shards])
         masked_from = f"all {n:,} examples (static masks)"
-    else:
-        rng = np.random.default_rng([settings["seed"], 0])
-        picks = rng.choice(n, size=min(sample, n), replace=False)
-        starts = np.concatenate([[0], np.cumsum([len(s) for s in shards])])
+    else:  # the loader's own draw, with the build's settings, as a run with seed = the build's seed
+        data = PretrainingDataset(directory, split, seed=settings["seed"], shuffle=False, masking="dynamic")
+        picks = np.random.default_rng([settings["seed"], 0]).choice(n, size=min(sample, n), replace=False)
         masked = maskable = 0
         span_list = []
         for index in np.sort(picks):
-            k = int(np.searchsorted(starts, index, side="right") - 1)
-            shard, i = shards[k], int(index - starts[k])
-            toks = shard.row("tokens", i).astype(np.int64)
-            ws = shard.row("word_start", i, "tokens_offsets").astype(bool)
-            m = mask_instance(toks, ws, np.random.default_rng([settings["seed"], 0, int(index), 1]),
-                              vocab_size=meta["tokenizer"]["vocab_size"], masked_lm_prob=settings["masked_lm_prob"],
-                              max_predictions=settings["max_predictions"], max_ngram=settings["max_ngram"])
+            m = data.dynamic_mask(int(index), epoch=0)
             masked += int((m.labels != -100).sum())
-            maskable += len(toks) - SPECIALS_PER_EXAMPLE
+            maskable += len(m.labels) - SPECIALS_PER_EXAMPLE
             span_list.append(m.span_n)
         spans = np.concatenate(span_list) if span_list else np.zeros(0, np.int8)
-        masked_from = f"a sample of {len(picks):,} examples (dynamic masks, epoch 0)"
+        masked_from = f"a sample of {len(picks):,} examples (dynamic masks, epoch 0, as training draws them)"
     hist = np.bincount(spans.astype(np.int64), minlength=settings["max_ngram"] + 1)[1:]
     return {
         "split": split, "examples": n, "tokens": tokens,
