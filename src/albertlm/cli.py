@@ -408,6 +408,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: the faster of 1 and torch's default, timed at the start)")
     p.add_argument("--seed", type=int, default=0, help="seed of everything random (default: 0)")
+    p.add_argument("--steps", type=int, default=None, help="steps of every study run (default: as many as the "
+                   "budget allows)")
+    p.add_argument("--seeds", type=int, default=None, help="training seeds per study variant (default: 2)")
 
 
 def _report_run(args: argparse.Namespace) -> int:
@@ -418,10 +421,10 @@ def _report_run(args: argparse.Namespace) -> int:
 
     settings = ReportSettings(budget_minutes=args.budget, quick=args.quick, hf_checkpoint=args.hf_checkpoint,
                               downstream=args.downstream, sst2_data=args.sst2, threads=args.threads,
-                              corpus=args.corpus, seed=args.seed)
+                              corpus=args.corpus, seed=args.seed, steps=args.steps, seeds=args.seeds)
     command = ["albertlm", "report", "--out", args.out]
     for flag, value in (("--budget", args.budget), ("--hf-checkpoint", args.hf_checkpoint),
-                        ("--threads", args.threads)):
+                        ("--threads", args.threads), ("--steps", args.steps), ("--seeds", args.seeds)):
         if value is not None:
             command += [flag, str(value)]
     for flag, value, default in (("--downstream", args.downstream, "auto"), ("--sst2", args.sst2, None),

@@ -69,6 +69,10 @@ class ReportSettings:
     """The study's corpus: the built-in King James Bible or a file path."""
     seed: int = 0
     """Seed of everything random in the study and the speed measurements."""
+    steps: int | None = None
+    """Steps of every study run (None: derived from the budget)."""
+    seeds: int | None = None
+    """Training seeds per study variant (None: the study's default, 2)."""
     study: StudySettings | None = None
     """Override the study's settings (default: StudySettings, or the quick ones)."""
     speed: SpeedSettings | None = None
@@ -93,7 +97,9 @@ class ReportSettings:
 
     def resolved_study(self) -> StudySettings:
         base = self.study or (QUICK_STUDY if self.quick else StudySettings())
-        return dataclasses.replace(base, corpus=self.corpus if self.study is None else base.corpus, seed=self.seed)
+        extra = {k: v for k, v in (("steps", self.steps), ("seeds", self.seeds)) if v is not None}
+        return dataclasses.replace(base, corpus=self.corpus if self.study is None else base.corpus, seed=self.seed,
+                                   **extra)
 
     def resolved_speed(self, threads: int | None = None) -> SpeedSettings:
         base = self.speed or (QUICK_SPEED if self.quick else SpeedSettings())

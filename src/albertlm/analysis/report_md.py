@@ -452,8 +452,9 @@ def _repro(r: dict) -> list[str]:
                   f"builds: {plan['seconds_left_after_setup']:.0f} s - reserve {plan['reserve_seconds']:.0f} s) / "
                   f"{len(st['runs'])} runs"],
                  ["steps", f"{plan['steps']} for every run (the first {plan.get('curriculum_steps', 0)} at the "
-                  f"curriculum length) = (pretraining share {plan['pretrain_seconds']:.0f} s - "
-                  f"evaluation/saving {plan['overhead_seconds']:.0f} s) / measured step {plan['step_seconds']:.2f} s"],
+                  "curriculum length), " + ("fixed by --steps" if plan.get("steps_from", "the budget") != "the budget"
+                                            else f"= (pretraining share {plan['pretrain_seconds']:.0f} s - "
+                  f"evaluation/saving {plan['overhead_seconds']:.0f} s) / measured step {plan['step_seconds']:.2f} s")],
                  ["threads", f"{_threads(r['threads']['chosen'])} ({r['threads']['how']}"
                   + (": " + ", ".join(f"{n}: {v:.2f} s/step" for n, v in r["threads"]["seconds"].items())
                      if r["threads"]["seconds"] else "") + ")"],

@@ -74,6 +74,8 @@ class StudySettings:
     """Sharing strategies swept over E in Table 3 (the paper's grid: ("all", "none"))."""
     seeds: int = 2
     """Training runs per variant, with seeds seed, seed + 1, ..."""
+    steps: int | None = None
+    """Steps of every run; None: as many as the budget allows (plan_steps)."""
     heldout_fraction: float = 0.08
     """Documents held out (never trained on) for every evaluation."""
     eval_examples: int = 1024
@@ -92,6 +94,8 @@ class StudySettings:
 
         if self.seeds < 1:
             raise AlbertlmError(f"study seeds must be at least 1, got {self.seeds}")
+        if self.steps is not None and self.steps < 1:
+            raise AlbertlmError(f"study steps must be at least 1, got {self.steps}")
         if not 0.0 <= self.curriculum_fraction < 1.0:
             raise AlbertlmError(f"study curriculum_fraction must be in [0, 1), got {self.curriculum_fraction}")
         unknown = [s for s in self.table3_sharing if s not in ("all", "attention", "ffn", "none")]
@@ -279,6 +283,9 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
     reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
     n_runs = len(plan_variants) * len(run_seeds)
     plan = plan_steps(left - reserve, n_runs, step_seconds, settings, finetune_share if sst2_dir else 0.0)
+    plan["steps_from"] = "the budget"
+    if settings.steps is not None:  # fixed: the budget only sets the fine-tuning share's time
+        plan.update(steps=settings.steps, steps_from="fixed (--steps)")
     plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve,
                 curriculum_steps=curriculum_steps(settings, int(plan["steps"])), runs=n_runs)
     log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {len(plan_variants)} variants x "
