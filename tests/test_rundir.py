@@ -206,3 +206,12 @@ def test_flags_are_typed_from_the_settings_type_hints(capsys):
     for bad in ({"lr": float("nan")}, {"steps": 2.5}, {"weight_decay": float("inf")}):
         with pytest.raises(AlbertlmError, match=next(iter(bad))):
             PretrainRecipe(**bad)
+
+
+def test_a_diverged_run_stops_with_an_error_and_writes_no_model(prepared, tmp_path):
+    _, corpus = prepared
+    run = _run_dir(prepared, tmp_path / "run")
+    recipe = PretrainRecipe(**{**RECIPE, "lr": 1e38, "checkpoint_every": 8}, corpus=corpus)
+    with pytest.raises(AlbertlmError, match="non-finite|not finite"):
+        pretrain(recipe, run, progress=False)
+    assert not (run / "model").exists() and not (run / "summary.json").exists()

@@ -51,6 +51,15 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
+def assert_finite_weights(model: nn.Module, step: int) -> None:
+    """Stop with one line when any weight is NaN or infinite, before it can be saved as a result."""
+    bad = [name for name, p in unwrap(model).named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise AlbertlmError(f"step {step}: the weights became non-finite ({len(bad)} tensor(s), first {bad[0]}); "
+                            "nothing from this step on was saved as a result; lower the learning rate, use fp32, "
+                            "or resume from the last checkpoint")
+
+
 def rng_state() -> dict[str, Any]:
     """torch's global RNG states (dropout draws from them)."""
     state = {"cpu": torch.get_rng_state()}

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.checkpoint import assert_finite_weights
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext
 from albertlm.errors import AlbertlmError
@@ -300,6 +301,7 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.4f}", best=f"{best['value']:.4f}" if best["value"] is not None else "-")
         if step % r.eval_every == 0 or step == r.steps:
+            assert_finite_weights(model, step)  # a diverged model is never scored or saved as the result
             last, predictions = score(model, spec, dev_ex, dev_f, labels, settings, r.eval_batch_size, device)
             logger.log(step, "eval", last)
             value = last.get(spec.main_metric, float("nan"))

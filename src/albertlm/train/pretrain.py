@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.checkpoint import (load_checkpoint, read_optimizer_state, remove_stale_temporaries, resume_checkpoint,
-                                 save_checkpoint, unwrap)
+from albertlm.checkpoint import (assert_finite_weights, load_checkpoint, read_optimizer_state,
+                                 remove_stale_temporaries, resume_checkpoint, save_checkpoint, unwrap)
 from albertlm.config import get_preset
 from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
@@ -453,9 +454,14 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         if bar is not None:
             bar.update(1)
         final = step == recipe.steps
+        if step % recipe.eval_every == 0 or step % recipe.checkpoint_every == 0 or final:
+            assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
         if step % recipe.eval_every == 0 or final:
             eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
             logger.log(step, "eval", eval_metrics)
+            if not math.isfinite(eval_metrics.get("mlm_all_loss", 0.0)):
+                raise AlbertlmError(f"step {step}: the held-out loss is not finite (the model diverged); nothing "
+                                    "from this step on was saved as a result; lower the learning rate")
         if step % recipe.checkpoint_every == 0 or final:
             model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
             data_state = _gather_cursors(train_data, ctx)
