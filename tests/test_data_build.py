@@ -202,3 +202,19 @@ def test_training_and_stats_draw_the_same_masks_from_the_build_settings(kjv_toke
 def test_stats_sample_must_be_positive(kjv_data, capsys):
     assert main(["data", "stats", str(kjv_data), "--sample", "-5"]) == 2
     assert "--sample" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, message", [({"masked_lm_prob": 2.5}, "masked_lm_prob"),
+                                          ({"short_seq_prob": -3.0}, "short_seq_prob"),
+                                          ({"max_seq_length": 70000}, "16-bit"),
+                                          ({"masked_lm_prob": float("nan")}, "finite"),
+                                          ({"dupe_factor": 1.5}, "integer")])
+def test_build_settings_are_validated(bad, message):
+    with pytest.raises(AlbertlmError, match=message):
+        BuildSettings(**bad)
+
+
+def test_cli_build_refuses_bad_settings_in_one_line(kjv_tokenizer, tmp_path, capsys):
+    code = main(["data", "build", "--corpus", "kjv", "--tokenizer", str(kjv_tokenizer), "--out", str(tmp_path / "d"),
+                 "--masked-lm-prob", "2.5"])
+    assert code == 2 and "masked_lm_prob" in capsys.readouterr().err and not (tmp_path / "d").exists()

@@ -33,6 +33,7 @@ from albertlm.data.instances import OBJECTIVES, create_block_instances
 from albertlm.data.masking import mask_instance
 from albertlm.data.shards import write_shard
 from albertlm.errors import AlbertlmError
+from albertlm.utils import check_field_types
 from albertlm.utils import atomic_write_text
 
 SPLITS = ("train", "heldout")
@@ -75,8 +76,14 @@ class BuildSettings:
             raise AlbertlmError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.masking not in ("static", "dynamic"):
             raise AlbertlmError(f"masking must be static or dynamic, got {self.masking!r}")
-        if self.max_seq_length < 8:
-            raise AlbertlmError(f"max_seq_length must be at least 8, got {self.max_seq_length}")
+        check_field_types(self)
+        if not 8 <= self.max_seq_length <= MAX_SHARD_SEQ_LENGTH:
+            raise AlbertlmError(f"max_seq_length must be in [8, {MAX_SHARD_SEQ_LENGTH}] (positions within an example "
+                                f"are stored as 16-bit integers), got {self.max_seq_length}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise AlbertlmError(f"masked_lm_prob must lie in (0, 1), got {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise AlbertlmError(f"short_seq_prob must lie in [0, 1], got {self.short_seq_prob}")
         for name in ("dupe_factor", "max_predictions", "max_ngram", "workers", "block_documents", "shard_examples"):
             if getattr(self, name) < 1:
                 raise AlbertlmError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -85,6 +92,8 @@ class BuildSettings:
 
 
 # ---------------------------------------------------------------------------- the worker side
+MAX_SHARD_SEQ_LENGTH = 65535
+"""The shard format stores positions within an example (segment boundary, static mask positions) as uint16."""
 _ROW_FIELDS = ("tokens", "word_start", "segment_a", "label", "short", "mlm_positions", "mlm_labels", "span_n")
 _TOKENIZER = None
 
