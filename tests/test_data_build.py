@@ -218,3 +218,29 @@ def test_cli_build_refuses_bad_settings_in_one_line(kjv_tokenizer, tmp_path, cap
     code = main(["data", "build", "--corpus", "kjv", "--tokenizer", str(kjv_tokenizer), "--out", str(tmp_path / "d"),
                  "--masked-lm-prob", "2.5"])
     assert code == 2 and "masked_lm_prob" in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_shards_carry_checksums_and_a_flipped_byte_is_caught(kjv_tokenizer, tmp_path, capsys):
+    out = tmp_path / "d"
+    build_dataset("kjv", kjv_tokenizer, out, BuildSettings(max_seq_length=64, heldout_fraction=0.05), progress=False)
+    meta = json.loads((out / "meta.json").read_text())
+    assert set(meta["checksums"]) == {p.name for p in out.glob("*.shard")}
+    assert main(["data", "stats", str(out), "--verify"]) == 0 and "verified" in capsys.readouterr().out
+    shard = sorted(out.glob("train-*.shard"))[0]
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0xFF  # a token byte: still a well-formed shard
+    shard.write_bytes(bytes(data))
+    assert main(["data", "stats", str(out), "--verify"]) == 2
+    assert f"{shard}: fails its sha256 check" in capsys.readouterr().err
+    with pytest.raises(AlbertlmError, match="sha256"):  # small splits are verified whenever they are opened
+        PretrainingDataset(out, "train")
+
+
+def test_an_out_of_range_token_names_the_shard_and_example(kjv_data, monkeypatch):
+    import albertlm.data.loader as loader
+
+    monkeypatch.setattr(loader, "VERIFY_AT_LOAD_BYTES", 0)  # as for a split too large to hash at every start
+    data = PretrainingDataset(kjv_data, "train", shuffle=False)
+    data.vocab_size = 10  # every real id is now out of range
+    with pytest.raises(AlbertlmError, match=r"train-00000.shard: example 0 holds token ids outside"):
+        data.example(0)

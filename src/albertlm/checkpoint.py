@@ -20,7 +20,6 @@ or fails verification is skipped, with a notice, for the newest one before it th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_write_text
+from albertlm.utils import atomic_write_text, sha256_file
 
 CHECKPOINT_DIR = "checkpoints"
 CHECKSUMS = "checksums.json"
@@ -124,14 +123,6 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
             atomic_write_text(root / "best", final.name + "\n")
     _prune(root, keep_last)
     return final
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify_checkpoint(ckpt: Path) -> str | None:

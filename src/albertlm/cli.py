@@ -201,6 +201,8 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--split", default="train", choices=["train", "heldout"], help="which split (default: train)")
     s.add_argument("--sample", type=int, default=4000, help="examples whose dynamic masks are drawn (default: 4000)")
     s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--verify", action="store_true", help="first check every shard against the sha256 recorded "
+                   "by the build (a changed file fails with its name)")
 
 
 def _data_run(args: argparse.Namespace) -> int:
@@ -215,6 +217,14 @@ def _data_run(args: argparse.Namespace) -> int:
         return 0
     from albertlm.data.stats import data_stats, format_stats
 
+    if args.verify:
+        from pathlib import Path
+
+        from albertlm.data.loader import read_build_meta, verify_shards
+
+        checked = verify_shards(Path(args.directory), read_build_meta(Path(args.directory)))
+        print(f"verified {checked} shard(s) against their sha256" if checked else
+              "this build records no checksums (built by an older albertlm): nothing to verify", flush=True)
     stats = data_stats(args.directory, args.split, args.sample)
     print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
     return 0

@@ -70,3 +70,14 @@ def check_field_types(obj) -> None:
                 raise AlbertlmError(f"{f.name} must be a finite number, got {value!r}")
         elif hint is int and (not isinstance(value, int) or isinstance(value, bool)):
             raise AlbertlmError(f"{f.name} must be an integer, got {value!r}")
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

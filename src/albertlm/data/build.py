@@ -9,8 +9,8 @@ with (seed, split, b, d): the output is byte-identical whatever the number of wo
 Output directory:
     train-00000.shard ...     examples for training (format: data/shards.py)
     heldout-00000.shard ...   examples from held-out documents (never seen in training)
-    meta.json                 settings, tokenizer, counts and corpus statistics; written last,
-                              so its presence means the build completed
+    meta.json                 settings, tokenizer, counts, corpus statistics and the sha256 of
+                              every shard; written last, so its presence means the build completed
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from albertlm.data.instances import OBJECTIVES, create_block_instances
 from albertlm.data.masking import mask_instance
 from albertlm.data.shards import write_shard
 from albertlm.errors import AlbertlmError
-from albertlm.utils import check_field_types
+from albertlm.utils import check_field_types, sha256_file
 from albertlm.utils import atomic_write_text
 
 SPLITS = ("train", "heldout")
@@ -298,7 +298,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
             "seconds": seconds, "tokens_per_s": text_tokens / max(seconds, 1e-9),
             "tokens_per_s_per_worker": text_tokens / max(seconds, 1e-9) / settings.workers,
             "splits": {name: dict(w.totals, shards=w.shards) for name, w in zip(SPLITS, writers)},
-            "corpus_stats": format_corpus_stats(corpus.stats)}
+            "corpus_stats": format_corpus_stats(corpus.stats),
+            "checksums": {p.name: sha256_file(p) for p in sorted(out_dir.glob("*.shard"))}}
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
 

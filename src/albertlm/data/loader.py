@@ -50,8 +50,11 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         if not 0 <= rank < world_size:
             raise AlbertlmError(f"rank {rank} is outside world_size {world_size}")
         self.directory = Path(directory)
-        build = read_build_meta(self.directory)["settings"]
+        build_meta = read_build_meta(self.directory)
+        build = build_meta["settings"]
         self.shards = [Shard(p) for p in list_shards(self.directory, split)]
+        if sum(s.path.stat().st_size for s in self.shards) <= VERIFY_AT_LOAD_BYTES:
+            verify_shards(self.directory, build_meta, [s.path for s in self.shards])
         self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
         self.num_examples = int(self.starts[-1])
@@ -112,6 +115,9 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         shard, i = self.shards[s], index - int(self.starts[s])
         tokens = shard.row("tokens", i).astype(np.int64)
         n = len(tokens)
+        if n and (int(tokens.max()) >= self.vocab_size or int(tokens.min()) < 0):
+            raise AlbertlmError(f"{shard.path}: example {i} holds token ids outside the vocabulary of "
+                                f"{self.vocab_size} (a corrupt shard; `albertlm data stats --verify` checks every file)")
         types = np.zeros(n, dtype=np.int64)
         types[int(shard["segment_a"][i]):] = 1
         labels = np.full(n, IGNORE_INDEX, dtype=np.int64)
@@ -147,6 +153,33 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
                 self._perm = (epoch, self._order(epoch))
             self.position += 1  # advance first: the cursor always names the NEXT example
             yield self.example(int(self._perm[1][offset]), epoch)
+
+
+VERIFY_AT_LOAD_BYTES = 256 << 20
+"""Splits up to this size are checked against their recorded sha256 every time they are opened."""
+
+
+def verify_shards(directory: Path, meta: dict[str, Any], paths: Sequence[Path] | None = None) -> int:
+    """Check shards against the sha256 recorded in meta.json; one line naming the first that differs.
+
+    Returns the number of files checked (0 for a build that predates checksums)."""
+    from albertlm.utils import sha256_file
+
+    sums = meta.get("checksums")
+    if not isinstance(sums, dict):
+        return 0
+    every_file = paths is None
+    paths = list(paths) if paths is not None else sorted(Path(directory).glob("*.shard"))
+    for path in paths:
+        expected = sums.get(path.name)
+        if expected is None:
+            raise AlbertlmError(f"{path}: not listed in {Path(directory) / 'meta.json'} (a shard from another build?)")
+        if sha256_file(path) != expected:
+            raise AlbertlmError(f"{path}: fails its sha256 check (the file changed after the build); rebuild the data")
+    missing = [name for name in sums if every_file and not (Path(directory) / name).exists()]
+    if missing:
+        raise AlbertlmError(f"{Path(directory) / missing[0]}: listed in meta.json but missing")
+    return len(paths)
 
 
 def read_build_meta(directory: Path) -> dict[str, Any]:
