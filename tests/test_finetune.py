@@ -280,7 +280,20 @@ def test_cli_finetune_errors_are_one_line(model_dir, tmp_path, capsys):
     assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path)]) == 2
     assert "no train file" in capsys.readouterr().err
     assert main(["finetune", "--task", "sst-2", "--model", str(tmp_path), "--data", str(tmp_path)]) == 2
+    assert "config.json: no such config file" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text((model_dir / "config.json").read_text())
+    assert main(["finetune", "--task", "sst-2", "--model", str(tmp_path), "--data", str(tmp_path)]) == 2
     assert "no spiece.model" in capsys.readouterr().err
+    # the output directory may not be the model (it would be overwritten), nor too short an input length
+    assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path),
+                 "--out", str(model_dir)]) == 2
+    assert "would overwrite it" in capsys.readouterr().err
+    assert main(["finetune", "--task", "mrpc", "--model", str(model_dir), "--data", str(tmp_path),
+                 "--max-seq-length", "3"]) == 2
+    assert "max_seq_length must be at least 8" in capsys.readouterr().err
+    assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path),
+                 "--max-seq-length", "100000"]) == 2
+    assert "positions" in capsys.readouterr().err
 
 
 def test_recipe_defaults_follow_table_14():
@@ -324,3 +337,41 @@ def test_finetune_from_a_transformers_masked_lm_directory(model_dir, runs, tmp_p
                        FinetuneRecipe(steps=3, batch_size=8, max_seq_length=32), progress=False)
     assert results["steps"] == 3 and "accuracy" in results["best"]
     assert tf.AlbertForSequenceClassification.from_pretrained(tmp_path / "out").config.num_labels == 2
+
+
+def test_cli_inference_refusals_and_aligned_outputs(runs, model_dir, tmp_path, capsys):
+    data, out, _ = runs["sst-2"]
+    # one output line per input line, blank lines included
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("the movie was great fun .\n\n   \nthe film was awful and boring .\n")
+    assert main(["predict", "--model", str(out), str(inputs), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert len(lines) == 4 and lines[1] == lines[2] == "" and lines[0].startswith("1\t") and lines[3].startswith("0\t")
+    # invalid UTF-8 is one line naming the file
+    inputs.write_bytes(b"good \xff movie\n")
+    assert main(["predict", "--model", str(out), str(inputs), "--device", "cpu"]) == 2
+    assert f"{inputs}: not valid UTF-8" in capsys.readouterr().err
+    # a split without labels: nothing to score unless predictions are asked for
+    unlabelled = tmp_path / "unlabelled"
+    unlabelled.mkdir()
+    (unlabelled / "test.tsv").write_text("index\tsentence\n0\tthe movie was great fun .\n1\tawful .\n")
+    assert main(["evaluate", "--model", str(out), "--data", str(unlabelled), "--split", "test"]) == 2
+    assert "no labels" in capsys.readouterr().err
+    preds = tmp_path / "preds.tsv"
+    assert main(["evaluate", "--model", str(out), "--data", str(unlabelled), "--split", "test",
+                 "--predictions", str(preds)]) == 0 and preds.exists()
+    capsys.readouterr()
+    # bad numbers and an unwritable predictions path fail before any scoring
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--batch-size", "0"]) == 2
+    assert "--batch-size" in capsys.readouterr().err
+    assert main(["predict", "--model", str(out), str(inputs), "--batch-size", "0"]) == 2
+    assert "--batch-size" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--predictions",
+                 str(tmp_path / "missing-dir" / "p.tsv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    # fill-mask needs a masked-LM head and a positive top-k
+    assert main(["fill-mask", "--model", str(out), "the movie was [MASK] ."]) == 2
+    assert "no masked-LM head" in capsys.readouterr().err
+    for k in ("0", "-1"):
+        assert main(["fill-mask", "--model", str(model_dir), "the movie was [MASK] .", "--top-k", k]) == 2
+        assert "--top-k" in capsys.readouterr().err

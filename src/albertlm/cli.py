@@ -364,16 +364,20 @@ def _predict_run(args: argparse.Namespace) -> int:
     """Print one prediction line per input line."""
     from albertlm.train.inference import predict_lines
 
+    if args.batch_size < 1:
+        raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
     lines: list[str] = []
     for name in args.files or ["-"]:
-        if name == "-":
-            lines += sys.stdin.read().splitlines()
-        else:
-            try:
+        try:
+            if name == "-":
+                lines += sys.stdin.buffer.read().decode("utf-8").splitlines()
+            else:
                 with open(name, encoding="utf-8") as fh:
                     lines += fh.read().splitlines()
-            except OSError as exc:
-                raise AlbertlmError(f"{name}: {exc.strerror}") from None
+        except OSError as exc:
+            raise AlbertlmError(f"{name}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
     for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
                              prepack=args.prepack):
         print(out)

@@ -40,6 +40,10 @@ from albertlm.train.metrics import MetricsLogger
 from albertlm.utils import check_field_types
 
 
+MIN_SEQ_LENGTH = 8
+"""The shortest input length fine-tuning accepts: room for the special tokens and some text."""
+
+
 @dataclass(frozen=True)
 class FinetuneRecipe:
     """Fine-tuning settings; unset (None) fields take the task's default (paper Table 14 where it has one)."""
@@ -98,9 +102,18 @@ class FinetuneRecipe:
         if self.optimizer not in ("adamw", "lamb") or self.precision not in ("fp32", "bf16", "fp16"):
             raise AlbertlmError("optimizer must be adamw or lamb, precision fp32, bf16 or fp16")
         for name in ("lr", "batch_size", "micro_batch_size", "steps", "epochs", "max_seq_length", "eval_every",
-                     "max_train_examples", "max_eval_examples"):
+                     "max_train_examples", "max_eval_examples", "eval_batch_size", "doc_stride", "max_query_length",
+                     "max_answer_length"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_seq_length is not None and self.max_seq_length < MIN_SEQ_LENGTH:
+            raise AlbertlmError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B [SEP] and some "
+                                f"text), got {self.max_seq_length}")
+        for name in ("dropout", "classifier_dropout"):
+            if getattr(self, name) is not None and not 0.0 <= getattr(self, name) < 1.0:
+                raise AlbertlmError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        if (self.warmup_steps is not None and self.warmup_steps < 0) or self.patience < 0 or self.weight_decay < 0:
+            raise AlbertlmError("warmup_steps, patience and weight_decay must not be negative")
 
     def resolve(self, spec: TaskSpec, n_train: int) -> FinetuneRecipe:
         """A copy with every task default filled in, for `n_train` training features."""
@@ -232,11 +245,18 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                           "cpu" if device == "auto" else device)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AlbertlmError(f"--out {out_dir}: exists and is not a directory")
+    for other, flag in ((model_dir, "--model"), (data_dir, "--data")):
+        if out_dir.resolve() == Path(other).resolve():
+            raise AlbertlmError(f"--out {out_dir} is the {flag} directory: fine-tuning would overwrite it; "
+                                "choose another --out")
+    base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
+    if recipe.max_seq_length is not None and recipe.max_seq_length > base.max_position_embeddings:
+        raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the model at {model_dir} has only "
+                            f"{base.max_position_embeddings} positions")
     rng = np.random.default_rng(recipe.seed)
     tokenizer = load_tokenizer(model_dir)
-    base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
 
     train_ex = spec.read(data_dir, "train", recipe.strict)
     dev_ex = spec.read(data_dir, "dev", recipe.strict)
@@ -252,6 +272,8 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
     if not train_f or not dev_f:
         raise AlbertlmError(f"task {spec.name}: no usable {'training' if not train_f else 'dev'} examples")
     r = recipe.resolve(spec, len(train_f))
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now that the inputs are known to be usable
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
     (out_dir / "recipe.json").write_text(json.dumps({"task": spec.name, **dataclasses.asdict(r)}, indent=2))
 
     torch.manual_seed(r.seed)

@@ -107,6 +107,12 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     Returns:
         {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels).
     """
+    if batch_size < 1:
+        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    if max_examples is not None and max_examples < 1:
+        raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
+    if predictions is not None:
+        check_writable(Path(predictions), "--predictions")
     model, config, tokenizer = load_finetuned(model_dir, device)
     task = task or config.extra.get("finetuning_task")
     if not task:
@@ -126,7 +132,24 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     metrics, preds = score(model, spec, examples, features, labels, settings, batch_size, device)
     if predictions is not None:
         spec.family.write(Path(predictions), examples, preds)
+    elif not metrics:
+        raise AlbertlmError(f"{data_dir}: the {split} split has no labels, so there is nothing to score; "
+                            "pass --predictions FILE to write predictions, or use `albertlm predict`")
     return {"task": spec.name, "split": split, "examples": len(examples), "metrics": metrics}
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """Fail before any work when `path` cannot be written (a directory, or a parent that is missing
+    or read-only)."""
+    import os
+
+    if path.is_dir():
+        raise AlbertlmError(f"{flag} {path}: is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise AlbertlmError(f"{flag} {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise AlbertlmError(f"{flag} {path}: not writable")
 
 
 def _parse_json_line(line: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -147,8 +170,24 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     (regression: the score; multi-label: the labels above 0.5, comma-separated); token
     classification `text` → `word/TAG` per word; question answering `question<TAB>context` or JSON
     {"question", "context"} → the answer ("" for none); multiple choice JSON {"context" or
-    "article", "question", "options"} → the option letter and text.
+    "article", "question", "options"} → the option letter and text. A blank input line gives a
+    blank output line.
     """
+    if batch_size < 1:
+        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    all_lines = [line.rstrip("\r\n") for line in lines]
+    keep = [i for i, line in enumerate(all_lines) if line.strip()]
+    if not keep:
+        return [""] * len(all_lines)
+    predicted = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack)
+    out = [""] * len(all_lines)  # a blank input line gets a blank output line: outputs stay aligned
+    for i, line in zip(keep, predicted):
+        out[i] = line
+    return out
+
+
+def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | torch.device, batch_size: int,
+                      prepack: bool) -> list[str]:
     from albertlm.tasks import glue, multiple_choice, ner, squad
     from albertlm.tasks.registry import FAMILIES, TaskSpec
 
@@ -160,7 +199,6 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
     spec = TaskSpec("predict", family, "", {}, lambda *a: [], lambda *a: {}, "", problem_type=problem)
     settings = _settings(config)
-    lines = [line.rstrip("\r\n") for line in lines if line.strip()]
     labels = _labels(config)
     if family.name == "classification":
         examples = [glue.TextExample(str(i), *(line.split("\t", 1) + [None])[:2]) for i, line in enumerate(lines)]
@@ -203,6 +241,10 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     return [f"{multiple_choice.LETTERS[p]}\t{e.options[p]}" for e, p in zip(examples, preds)]
 
 
+MASKED_LM_ARCHITECTURES = ("AlbertForPreTraining", "AlbertForMaskedLM")
+"""Directories whose config.json names one of these hold trained MLM-head weights."""
+
+
 @torch.no_grad()
 def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | torch.device = "cpu"
               ) -> tuple[str, list[list[tuple[str, float]]]]:
@@ -221,6 +263,12 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
     from albertlm.model import AlbertForPreTraining
     from albertlm.tokenizer import MASK_ID
 
+    if top_k < 1:
+        raise AlbertlmError(f"--top-k must be at least 1, got {top_k}")
+    arch, _ = read_architecture(model_dir)
+    if arch not in MASKED_LM_ARCHITECTURES:
+        raise AlbertlmError(f"{model_dir}: holds an {arch}, which has no masked-LM head; fill-mask needs a "
+                            f"pretrained directory ({' or '.join(MASKED_LM_ARCHITECTURES)})")
     tokenizer = load_tokenizer(model_dir)
     with warnings.catch_warnings():  # the SOP head plays no part here
         warnings.filterwarnings("ignore", message=".*SOP head.*")
