@@ -52,3 +52,19 @@ def test_pretrain_options_change_the_named_recipe():
     assert paper.steps == 10 and paper.batch_size == 4096 and paper.max_seq_length == 512 and paper.lr == 0.00176
     quick = pretrain_recipe(parser.parse_args(["pretrain", "--batch-size", "8"]))
     assert quick.batch_size == 8 and quick.preset == RECIPES["quick"].preset
+
+
+def test_a_full_disk_is_one_line(monkeypatch, capsys):
+    import errno
+
+    import albertlm.cli as cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "runs/x/checkpoints/.step-1/model.safetensors")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["params"].set_defaults(_run=full)
+    assert cli.main(["params"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no space left" in err and ".step-1/model.safetensors" in err and "intact" in err

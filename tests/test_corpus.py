@@ -166,6 +166,13 @@ def test_truncated_or_corrupt_compressed_file_is_a_user_error(tmp_path, suffix):
     with pytest.raises(AlbertlmError, match=r"g\.txt.*:1: cannot read"):
         list(read_corpus(str(garbage)))
     assert len(list(read_corpus(str(tmp_path / f"full.txt{suffix}")))) == 1
+    if suffix == ".gz":  # a corrupt deflate block inside a well-formed gzip header (zlib.error)
+        bad = bytearray(data)
+        for k in range(12, 20):
+            bad[k] ^= 0xA5
+        (tmp_path / "d.txt.gz").write_bytes(bytes(bad))
+        with pytest.raises(AlbertlmError, match=r"d\.txt\.gz:\d+: cannot read"):
+            list(read_corpus(str(tmp_path / "d.txt.gz")))
 
 
 def test_stats_format_clean_corpus():

@@ -375,3 +375,12 @@ def test_cli_inference_refusals_and_aligned_outputs(runs, model_dir, tmp_path, c
     for k in ("0", "-1"):
         assert main(["fill-mask", "--model", str(model_dir), "the movie was [MASK] .", "--top-k", k]) == 2
         assert "--top-k" in capsys.readouterr().err
+
+
+def test_a_training_file_without_its_label_column_is_one_line(model_dir, tmp_path, capsys):
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("sentence\nthe movie was good .\nbad film .\n")
+    assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path),
+                 "--out", str(tmp_path / "out"), "--steps", "2"]) == 2
+    assert "2 of 2 train examples have no label" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -327,3 +327,15 @@ def test_partial_sharing_round_trip_and_transformers_refuses(tf, tmp_path, shari
     with pytest.raises(Exception) as err:
         tf.AlbertForPreTraining.from_pretrained(tmp_path)
     assert "albertlm" in str(err.value) and sharing in str(err.value)
+
+
+def test_a_config_overstating_the_vocabulary_is_refused_before_allocating(tmp_path):
+    from albertlm.errors import AlbertlmError
+
+    config = AlbertConfig(**TINY)
+    AlbertForPreTraining(config).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["vocab_size"] = 100_000_000_000  # 1e11 x 16 floats would be 6.4 TB
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(AlbertlmError, match=r"word_embeddings.weight is \[99, 16\] but config.json says vocab_size"):
+        AlbertForPreTraining.from_pretrained(tmp_path)

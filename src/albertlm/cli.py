@@ -7,6 +7,7 @@ print as one line and exit with status 2; nothing else reads argv.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable
 
@@ -499,6 +500,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"albertlm {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"albertlm {args.command}: error: no space left on the device{where}; files are written atomically, "
+              "so what existed before is intact: free some space and run the command again", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

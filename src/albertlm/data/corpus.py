@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import gzip
+import zlib
 import hashlib
 import importlib.util
 import io
@@ -342,8 +343,8 @@ def _read_lines(path: Path, stats: CorpusStats, max_line_chars: int) -> Iterator
                 yield lineno, text
     except AlbertlmError:
         raise
-    except Exception as exc:  # gzip.BadGzipFile, EOFError (truncated), zstandard.ZstdError, OSError
-        if isinstance(exc, (OSError, EOFError)) or type(exc).__module__.startswith("zstandard"):
+    except Exception as exc:  # gzip.BadGzipFile, zlib.error (corrupt deflate), EOFError, zstandard.ZstdError, OSError
+        if isinstance(exc, (OSError, EOFError, zlib.error)) or type(exc).__module__.startswith("zstandard"):
             raise AlbertlmError(f"{path}:{lineno + 1}: cannot read: {exc}") from exc
         raise
 

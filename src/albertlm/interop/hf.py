@@ -366,15 +366,27 @@ def load_pretrained(cls: type, path: str | Path, *, config: AlbertConfig | None 
         raise AlbertlmError(f"{path}: not a directory (expected {CONFIG_NAME} and {SAFETENSORS_NAME})")
     config = config or AlbertConfig.from_json_file(path / CONFIG_NAME)
     arch = _arch_of(cls)
+    hf_sd, source = read_hf_weights(path)
+    _check_embedding_shape(hf_sd, config, source)  # before allocating a model the config may overstate
     model = cls(config, **model_kwargs)
     pooler = f"{_spec(arch).ours_prefix}pooler.weight" in model.state_dict()
-    hf_sd, source = read_hf_weights(path)
     ours = from_hf_state_dict(hf_sd, config, arch, pooler=pooler, strict=strict, source=source)
     result = model.load_state_dict(ours, strict=False)
     if result.unexpected_keys:  # the table and the model disagree: a bug here, not in the file
         raise AlbertlmError(_one_line(source, "the key table names a parameter the model lacks:",
                                       result.unexpected_keys))
     return model.eval()
+
+
+def _check_embedding_shape(hf_sd: Mapping[str, torch.Tensor], config: AlbertConfig, source: str) -> None:
+    """The word-embedding matrix in the file must be [vocab_size, embedding_size] as config.json says."""
+    for name, tensor in hf_sd.items():
+        if name.endswith("embeddings.word_embeddings.weight"):
+            expected = (config.vocab_size, config.embedding_size)
+            if tuple(tensor.shape) != expected:
+                raise AlbertlmError(f"{source}: {name} is {list(tensor.shape)} but config.json says vocab_size "
+                                    f"{config.vocab_size} x embedding_size {config.embedding_size}")
+            return
 
 
 def load_state_into(model: nn.Module, path: str | Path) -> None:

@@ -264,6 +264,11 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
         keep = np.sort(rng.choice(len(train_ex), recipe.max_train_examples, replace=False))
         train_ex = [train_ex[i] for i in keep]
     dev_ex = dev_ex[:recipe.max_eval_examples] if recipe.max_eval_examples else dev_ex
+    for split, examples in (("train", train_ex), ("dev", dev_ex)):
+        unlabelled = sum(1 for e in examples if getattr(e, "label", "") is None or getattr(e, "tags", "") is None)
+        if unlabelled:
+            raise AlbertlmError(f"{data_dir}: {unlabelled} of {len(examples)} {split} examples have no label "
+                                f"(is the label column missing from its {split} file?)")
     labels = spec.label_list(data_dir, train_ex)
     partial = recipe.resolve(spec, 1)  # everything but the step counts, which need the feature count
     settings = feature_settings(partial, base)
