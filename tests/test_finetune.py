@@ -384,3 +384,21 @@ def test_a_training_file_without_its_label_column_is_one_line(model_dir, tmp_pat
                  "--out", str(tmp_path / "out"), "--steps", "2"]) == 2
     assert "2 of 2 train examples have no label" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_max_answer_length_fits_the_language():
+    from albertlm.train.finetune import feature_settings
+    from albertlm.train.inference import _settings
+
+    config = AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=32)
+    recipe = FinetuneRecipe(max_seq_length=64)
+    assert feature_settings(recipe, config).max_answer_length == 30
+    assert feature_settings(recipe, config, chinese=True).max_answer_length == 64  # character pieces
+    assert feature_settings(FinetuneRecipe(max_seq_length=64, max_answer_length=12), config,
+                            chinese=True).max_answer_length == 12
+    # a directory fine-tuned elsewhere gets the language default; evaluate can override what was saved
+    assert _settings(config, chinese=True).max_answer_length == 64
+    saved = config.replace(extra={"albertlm_features": {"max_seq_length": 64, "max_answer_length": 30}})
+    assert _settings(saved, chinese=True).max_answer_length == 30
+    assert _settings(saved, chinese=True, max_answer_length=80).max_answer_length == 80

@@ -328,6 +328,8 @@ def _evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="features per forward pass (default: 64)")
     p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
     p.add_argument("--predictions", metavar="FILE", default=None, help="also write the predictions (task format)")
+    p.add_argument("--max-answer-length", type=int, default=None, metavar="N", help="QA: longest answer in pieces "
+                   "(default: what the model was fine-tuned with; 30, or 64 for a Chinese vocabulary)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -340,7 +342,8 @@ def _evaluate_run(args: argparse.Namespace) -> int:
 
     _one_line_warnings()
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
-                          max_examples=args.max_examples, predictions=args.predictions, device=args.device)
+                          max_examples=args.max_examples, predictions=args.predictions, device=args.device,
+                          max_answer_length=args.max_answer_length)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

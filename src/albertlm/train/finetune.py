@@ -70,8 +70,9 @@ class FinetuneRecipe:
     """QA: pieces between two windows over a long context."""
     max_query_length: int = 64
     """QA: question pieces kept."""
-    max_answer_length: int = 30
-    """QA: longest answer predicted, in pieces."""
+    max_answer_length: int | None = None
+    """QA: longest answer predicted, in pieces (None: 30, or 64 for a Chinese vocabulary, whose pieces are
+    single characters: at 30, even perfect CMRC 2018 dev predictions would score 94.5 EM, at 64 99.7)."""
     optimizer: str = "adamw"
     """adamw (the official fine-tuning optimizer) or lamb."""
     weight_decay: float = 0.01
@@ -216,10 +217,15 @@ def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Featu
     return (spec.metric(examples, predictions) if labelled else {}), predictions
 
 
-def feature_settings(recipe: FinetuneRecipe, config: AlbertConfig) -> FeatureSettings:
+MAX_ANSWER_LENGTH = {False: 30, True: 64}
+"""Default longest QA answer in pieces, by whether the vocabulary is Chinese (character pieces)."""
+
+
+def feature_settings(recipe: FinetuneRecipe, config: AlbertConfig, chinese: bool = False) -> FeatureSettings:
+    answer = recipe.max_answer_length if recipe.max_answer_length is not None else MAX_ANSWER_LENGTH[chinese]
     return FeatureSettings(max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings),
                            doc_stride=recipe.doc_stride, max_query_length=recipe.max_query_length,
-                           max_answer_length=recipe.max_answer_length)
+                           max_answer_length=answer)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -271,7 +277,7 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
                                 f"(is the label column missing from its {split} file?)")
     labels = spec.label_list(data_dir, train_ex)
     partial = recipe.resolve(spec, 1)  # everything but the step counts, which need the feature count
-    settings = feature_settings(partial, base)
+    settings = feature_settings(partial, base, chinese=tokenizer.chinese)
     train_f = spec.family.featurize(spec, train_ex, tokenizer, labels, settings, True)
     dev_f = spec.family.featurize(spec, dev_ex, tokenizer, labels, settings, False)
     if not train_f or not dev_f:

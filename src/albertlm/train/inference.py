@@ -71,12 +71,19 @@ def _labels(config: AlbertConfig) -> list[str] | None:
     return [names[i] for i in range(config.num_labels)]
 
 
-def _settings(config: AlbertConfig, default_length: int = 128) -> FeatureSettings:
+def _settings(config: AlbertConfig, default_length: int = 128, chinese: bool = False,
+              max_answer_length: int | None = None) -> FeatureSettings:
+    """The input settings a fine-tuned directory was trained with (config.json's albertlm_features), or
+    the defaults for one fine-tuned elsewhere; `max_answer_length` overrides the saved value."""
+    from albertlm.train.finetune import MAX_ANSWER_LENGTH
+
     saved = config.extra.get("albertlm_features") or {}
     known = {f.name for f in dataclasses.fields(FeatureSettings)}
     settings = FeatureSettings(**{k: v for k, v in saved.items() if k in known})
     if "max_seq_length" not in saved:
         settings = dataclasses.replace(settings, max_seq_length=default_length)
+    if max_answer_length is not None or "max_answer_length" not in saved:
+        settings = dataclasses.replace(settings, max_answer_length=max_answer_length or MAX_ANSWER_LENGTH[chinese])
     return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
 
 
@@ -91,7 +98,8 @@ def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
 
 def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev",
                  *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
-                 device: str | torch.device = "cpu", strict: bool = False) -> dict[str, Any]:
+                 device: str | torch.device = "cpu", strict: bool = False,
+                 max_answer_length: int | None = None) -> dict[str, Any]:
     """Score a fine-tuned model on one split of a task.
 
     Args:
@@ -104,11 +112,14 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         predictions: also write the predictions there, in the task's format.
         device: torch device.
         strict: raise on the first malformed row.
+        max_answer_length: QA: longest answer in pieces (default: what the model was fine-tuned with).
     Returns:
         {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels).
     """
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    if max_answer_length is not None and max_answer_length < 1:
+        raise AlbertlmError(f"--max-answer-length must be at least 1, got {max_answer_length}")
     if max_examples is not None and max_examples < 1:
         raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
     if predictions is not None:
@@ -126,7 +137,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
     examples = spec.read(data_dir, split, strict)
     examples = examples[:max_examples] if max_examples else examples
-    settings = _settings(config, spec.recipe.max_seq_length)
+    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
     features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
     device = next(model.parameters()).device
     metrics, preds = score(model, spec, examples, features, labels, settings, batch_size, device)
@@ -198,7 +209,7 @@ def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | tor
     family = next(f for f in FAMILIES.values() if f.head == arch)
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
     spec = TaskSpec("predict", family, "", {}, lambda *a: [], lambda *a: {}, "", problem_type=problem)
-    settings = _settings(config)
+    settings = _settings(config, chinese=tokenizer.chinese)
     labels = _labels(config)
     if family.name == "classification":
         examples = [glue.TextExample(str(i), *(line.split("\t", 1) + [None])[:2]) for i, line in enumerate(lines)]
