@@ -215,3 +215,61 @@ def test_a_diverged_run_stops_with_an_error_and_writes_no_model(prepared, tmp_pa
     with pytest.raises(AlbertlmError, match="non-finite|not finite"):
         pretrain(recipe, run, progress=False)
     assert not (run / "model").exists() and not (run / "summary.json").exists()
+
+
+# ---------------------------------------------------------------------------- kills and concurrency (slow)
+def _cli_run(prepared, tmp_path, name, env_extra=None, wait=True, extra=()):
+    import os
+
+    _, corpus = prepared
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    cmd = [sys.executable, "-m", "albertlm.cli", "pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path),
+           "--name", name, "--no-progress", "--device", "cpu", *extra]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if not wait:
+        return proc
+    out = proc.communicate(timeout=300)[0]
+    return proc.returncode, out
+
+
+@pytest.fixture(scope="module")
+def reference_losses(prepared, tmp_path_factory):
+    root = tmp_path_factory.mktemp("reference")
+    _run_dir(prepared, root / "ref")
+    code, out = _cli_run(prepared, root, "ref")
+    assert code == 0, out
+    return _losses(root / "ref")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["checkpoint:written", "checkpoint:renamed", "checkpoint:latest",
+                                   "checkpoint:pruned", "model:saved"])
+def test_killed_at_every_checkpoint_code_point_resumes_bit_for_bit(prepared, tmp_path, reference_losses, point):
+    from albertlm.utils import CRASH_ENV
+
+    run = _run_dir(prepared, tmp_path / "run")
+    code, out = _cli_run(prepared, tmp_path, "run", {CRASH_ENV: point})
+    assert code == 137, out  # died at the point, like a SIGKILL
+    code, out = _cli_run(prepared, tmp_path, "run")
+    assert code == 0, out
+    assert _losses(run) == reference_losses and _steps(run) == list(range(1, 9))
+    assert (run / "model" / "model.safetensors").exists() and (run / "summary.json").exists()
+    assert not list((run / "checkpoints").glob(".*"))  # no temporaries left behind
+
+
+@pytest.mark.slow
+def test_a_second_real_run_is_refused_and_the_first_keeps_every_record(prepared, tmp_path):
+    import time
+
+    run = _run_dir(prepared, tmp_path / "same")
+    longer = ("--steps", "600", "--checkpoint-every", "50")  # still training when the second run starts
+    first = _cli_run(prepared, tmp_path, "same", wait=False, extra=longer)
+    deadline = time.time() + 120
+    while not (run / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    code, out = _cli_run(prepared, tmp_path, "same", extra=longer)
+    assert code == 2 and "in use by another run" in out
+    assert first.poll() is None, "the first run ended before the second started: the test proves nothing"
+    assert first.wait(timeout=600) == 0
+    assert _steps(run) == list(range(1, 601))  # every record, once
+    assert json.loads((run / "summary.json").read_text())["steps"] == 600

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_write_text, sha256_file
+from albertlm.utils import atomic_write_text, crash_point, sha256_file
 
 CHECKPOINT_DIR = "checkpoints"
 CHECKSUMS = "checksums.json"
@@ -109,19 +109,23 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         for f in tmp.iterdir():  # make the content durable before it becomes visible
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+        crash_point("checkpoint:written")
         if final.exists():  # a re-save of the same step (e.g. after resume) replaces it whole
             shutil.rmtree(final)
         os.rename(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    crash_point("checkpoint:renamed")
     atomic_write_text(root / "latest", final.name + "\n")
+    crash_point("checkpoint:latest")
     if metric is not None:
         best = best_checkpoint(run_dir)
         best_metric = _read_state(best).get("metric") if best else None
         if best_metric is None or (metric > best_metric if higher_is_better else metric < best_metric):
             atomic_write_text(root / "best", final.name + "\n")
     _prune(root, keep_last)
+    crash_point("checkpoint:pruned")
     return final
 
 

@@ -81,3 +81,13 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+CRASH_ENV = "ALBERTLM_CRASH_AT"
+"""Fault injection for the kill tests: a process whose environment names a crash point dies there."""
+
+
+def crash_point(name: str) -> None:
+    """Exit at once, as a SIGKILL would, when the environment names this point (tests only)."""
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(137)

@@ -35,7 +35,7 @@ from albertlm.rundir import RunLock, claim_run_dir, clear_run
 from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
-from albertlm.utils import atomic_write_text, check_field_types
+from albertlm.utils import atomic_write_text, check_field_types, crash_point
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
@@ -488,6 +488,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
         unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
+        crash_point("model:saved")
         for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
