@@ -244,3 +244,15 @@ def test_an_out_of_range_token_names_the_shard_and_example(kjv_data, monkeypatch
     data.vocab_size = 10  # every real id is now out of range
     with pytest.raises(AlbertlmError, match=r"train-00000.shard: example 0 holds token ids outside"):
         data.example(0)
+
+
+def test_an_invalid_meta_json_is_one_line(kjv_data, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "d"
+    shutil.copytree(kjv_data, copy)
+    (copy / "meta.json").write_text("{not json")
+    assert main(["data", "stats", str(copy)]) == 2 and "meta.json: not valid JSON" in capsys.readouterr().err
+    (copy / "meta.json").write_text(json.dumps({"settings": {"seed": 0}}))
+    with pytest.raises(AlbertlmError, match="settings lack masked_lm_prob"):
+        PretrainingDataset(copy, "train")

@@ -407,3 +407,18 @@ def test_squad_answer_not_in_context_is_reported(tmp_path, tok):
         {"id": "1", "question": "what ?", "answers": [{"text": "dog", "answer_start": 0}]}]}]}]}))
     with pytest.warns(MalformedDataWarning, match="1 of 1 training questions have an answer that is not in"):
         assert squad.squad_features(squad.read_squad(path), tok, FeatureSettings(), train=True) == []
+
+
+def test_squad_tasks_score_with_their_own_version_and_v2_searches_thresholds():
+    from albertlm.tasks import squad
+    from albertlm.tasks.registry import QAAnswers
+
+    ex = [squad.SquadExample("a", "q", "c", [(".", 0)]), squad.SquadExample("b", "q", "c", [("red", 0)])]
+    v11 = get_task("squad-v1.1").metric(ex, ["", "red"])
+    assert v11["f1"] == pytest.approx(0.5)  # v1.1: a gold that normalises to nothing gives F1 0, EM 1 for ""
+    assert v11["exact_match"] == pytest.approx(1.0)
+    ex2 = [squad.SquadExample("a", "q", "c", []), squad.SquadExample("b", "q", "c", [("red", 0)])]
+    v20 = get_task("squad-v2.0").metric(ex2, QAAnswers(["blue", "red"], [0.9, -0.5]))
+    assert v20["exact_match"] == pytest.approx(0.5)
+    # returning "no answer" for the question whose no-answer score is 0.9 makes both right
+    assert v20["best_exact"] == pytest.approx(1.0) and v20["best_exact_thresh"] == pytest.approx(-0.5)

@@ -349,7 +349,12 @@ def _evaluate_run(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['task']} {result['split']}: {result['examples']:,} examples")
     for name, value in result["metrics"].items():
-        print(f"  {name:<18}{value:>10.0f}" if name in ("total", "entities") else f"  {name:<18}{100 * value:>10.2f}")
+        if name in ("total", "entities"):
+            print(f"  {name:<18}{value:>10.0f}")
+        elif name.endswith("_thresh"):  # a no-answer score threshold, not a percentage
+            print(f"  {name:<18}{value:>10.4f}")
+        else:
+            print(f"  {name:<18}{100 * value:>10.2f}")
     return 0
 
 

@@ -297,7 +297,7 @@ def _treebank_rules(*rules: tuple[str, str, int]) -> list[tuple[re.Pattern, str]
 
 # The script splits the text between CJK characters with nltk's word_tokenize. It runs on Python 2
 # only, so the nltk it sees is at most 3.4.5 (3.2.5 to 3.4.5 split every CMRC 2018 dev answer and
-# context alike; later releases also split – and —). word_tokenize is the Penn Treebank rules
+# context alike; nltk 3.10 also splits – and —). word_tokenize is the Penn Treebank rules
 # below, applied in order, after the Punkt sentence splitter. Rules that nltk compiles without
 # re.UNICODE see only ASCII as digits, letters and spaces under Python 2, hence re.ASCII on them;
 # the rules nltk added for Unicode quotes are Unicode-aware.

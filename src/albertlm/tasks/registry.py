@@ -87,10 +87,19 @@ def _cls_predict(spec, examples, features, outputs, labels, settings):
     return glue.classification_predictions(np.stack(outputs["logits"]), labels, spec.problem_type)
 
 
+class QAAnswers(list):
+    """Predicted answer texts ("" = no answer) that also carry, per question, the no-answer score
+    (null score minus the best span's): what the SQuAD 2.0 best-threshold search sweeps over."""
+
+    def __init__(self, answers: list[str], no_answer_scores: list[float]):
+        super().__init__(answers)
+        self.no_answer_scores = no_answer_scores
+
+
 def _qa_predict(spec, examples, features, outputs, labels, settings):
-    answers, _ = squad.squad_predictions(examples, features, outputs["start_logits"], outputs["end_logits"],
-                                         settings, version2=spec.version2 or squad.is_version2(examples))
-    return answers
+    answers, odds = squad.squad_predictions(examples, features, outputs["start_logits"], outputs["end_logits"],
+                                            settings, version2=spec.version2 or squad.is_version2(examples))
+    return QAAnswers(answers, odds)
 
 
 FAMILIES = {
@@ -142,9 +151,20 @@ def _multilabel(examples, preds) -> dict[str, float]:
     return {"micro_f1": f1, "exact_match": exact}
 
 
-def _squad(examples, preds) -> dict[str, float]:
+def _squad_v11(examples, preds) -> dict[str, float]:
     return metrics.squad_scores({e.qid: p for e, p in zip(examples, preds)},
-                                {e.qid: [a for a, _ in e.answers] for e in examples})
+                                {e.qid: [a for a, _ in e.answers] for e in examples}, version="1.1")
+
+
+def _squad_v20(examples, preds) -> dict[str, float]:
+    predictions = {e.qid: p for e, p in zip(examples, preds)}
+    references = {e.qid: [a for a, _ in e.answers] for e in examples}
+    scores = metrics.squad_scores(predictions, references, version="2.0")
+    odds = getattr(preds, "no_answer_scores", None)
+    if odds is not None:  # the official script's search over no-answer thresholds
+        scores.update(metrics.squad_best_thresholds(predictions, references,
+                                                    {e.qid: o for e, o in zip(examples, odds)}))
+    return scores
 
 
 def _cmrc(examples, preds) -> dict[str, float]:
@@ -271,11 +291,11 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
     # question answering
     TaskSpec("squad-v1.1", FAMILIES["qa"], "SQuAD 1.1 extractive QA",
              {"train": ("train-v1.1.json", "train.json"), "dev": ("dev-v1.1.json", "dev.json")},
-             lambda path, split, strict: squad.read_squad(path, strict), _squad, "f1",
+             lambda path, split, strict: squad.read_squad(path, strict), _squad_v11, "f1",
              PaperRecipe(5e-5, 48, 0.0, 0.1, 3649, 365, 384, source="Table 14")),
     TaskSpec("squad-v2.0", FAMILIES["qa"], "SQuAD 2.0 extractive QA with unanswerable questions",
              {"train": ("train-v2.0.json", "train.json"), "dev": ("dev-v2.0.json", "dev.json")},
-             lambda path, split, strict: squad.read_squad(path, strict), _squad, "f1",
+             lambda path, split, strict: squad.read_squad(path, strict), _squad_v20, "f1",
              _t14(3e-5, 48, 0.0, 8144, 814), version2=True),
     TaskSpec("cmrc2018", FAMILIES["qa"], "CMRC 2018 Chinese extractive QA (SQuAD format)",
              {"train": ("cmrc2018_train.json", "train.json"), "dev": ("cmrc2018_dev.json", "dev.json"),
