@@ -169,3 +169,16 @@ def test_downstream_needs_an_sst2_directory_given():
     path, why = _sst2(ReportSettings(downstream="on"))
     assert path is None and "--sst2" in why
     assert _sst2(ReportSettings(downstream="off"))[0] is None
+
+
+def test_report_flags_come_from_its_settings_class():
+    from albertlm.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["report", "--budget", "30", "--sst2", "d", "--steps", "100", "--seeds", "3",
+                              "--downstream", "off", "--quick"])
+    assert (args.budget_minutes, args.sst2_data, args.steps, args.seeds, args.downstream, args.quick) == (
+        30.0, "d", 100, 3, "off", True)
+    for bad in (["--budget", "nan"], ["--steps", "x"], ["--downstream", "maybe"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["report", *bad])

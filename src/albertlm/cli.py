@@ -96,11 +96,13 @@ def flag_spec(hint) -> dict:
     return {"type": _optional(parse) if optional and hint is not str else parse}
 
 
-def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, only_given: bool = False) -> None:
+def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, only_given: bool = False,
+                           flags: dict[str, str] | None = None, exclude: tuple[str, ...] = ()) -> None:
     """One --option per field of a frozen dataclass, typed from the field's type hint (flag_spec).
 
     With `only_given`, a flag that is not on the command line leaves no attribute on the namespace
     (argparse.SUPPRESS), so the caller can lay the given ones over a named preset of the dataclass.
+    `flags` renames some fields' flags (field name -> flag); `exclude` leaves fields out.
     """
     import dataclasses
     import typing
@@ -109,17 +111,19 @@ def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, on
     docs = _field_docs(cls)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
+        if f.name in exclude:
+            continue
+        flag = (flags or {}).get(f.name) or "--" + f.name.replace("_", "-")
         default = f.default
         help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
         value = argparse.SUPPRESS if only_given else default
         group.add_argument(flag, dest=f.name, default=value, help=help_text, **flag_spec(hints[f.name]))
 
 
-def _dataclass_from_args(cls, args: argparse.Namespace):
+def _dataclass_from_args(cls, args: argparse.Namespace, exclude: tuple[str, ...] = ()):
     import dataclasses
 
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in exclude})
 
 
 # ---------------------------------------------------------------------------- pretrain
@@ -412,49 +416,33 @@ def _fill_mask_run(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- report
+REPORT_FLAGS = {"budget_minutes": "--budget", "sst2_data": "--sst2"}
+"""Report settings whose flag is not their field name."""
+
+
 def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", type=float, default=None, metavar="MINUTES",
-                   help="wall-clock budget of the whole report; the study's per-run time and step count are derived "
-                   "from it (default: 60, or 6 with --quick)")
+    from albertlm.analysis.report import ReportSettings
+
     p.add_argument("--out", default="runs/report", metavar="DIR", help="output directory: report.md, PNG figures, "
                    "results.json, the study's runs (default: runs/report)")
-    p.add_argument("--quick", action="store_true", help="tiny workloads for a smoke test (under 10 minutes on 2 CPU "
-                   "cores): checks the pipeline, does not show the paper's effects")
-    p.add_argument("--hf-checkpoint", metavar="DIR", default=None, help="an HF-format ALBERT directory (config.json, "
-                   "weights, spiece.model) added to the smoothness figure")
-    p.add_argument("--downstream", choices=["auto", "on", "off"], default="auto", help="fine-tune every study model on "
-                   "SST-2 (auto: when --sst2 is given and the budget is at least 120 minutes)")
-    p.add_argument("--sst2", default=None, metavar="DIR",
-                   help="GLUE SST-2 directory with train.tsv and dev.tsv, for the downstream scores (default: none)")
-    p.add_argument("--corpus", default="kjv", metavar="SPEC", help="the study's corpus (default: kjv, the built-in "
-                   "King James Bible)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: the faster of 1 and torch's default, timed at the start)")
-    p.add_argument("--seed", type=int, default=0, help="seed of everything random (default: 0)")
-    p.add_argument("--steps", type=int, default=None, help="steps of every study run (default: as many as the "
-                   "budget allows)")
-    p.add_argument("--seeds", type=int, default=None, help="training seeds per study variant (default: 2)")
+    _add_dataclass_options(p, ReportSettings, "report settings", flags=REPORT_FLAGS, exclude=("study", "speed"))
 
 
 def _report_run(args: argparse.Namespace) -> int:
     """Run the study and write DIR/report.md with tables and figures."""
+    import dataclasses
     import shlex
 
     from albertlm.analysis.report import ReportSettings, run_report
 
-    settings = ReportSettings(budget_minutes=args.budget, quick=args.quick, hf_checkpoint=args.hf_checkpoint,
-                              downstream=args.downstream, sst2_data=args.sst2, threads=args.threads,
-                              corpus=args.corpus, seed=args.seed, steps=args.steps, seeds=args.seeds)
+    settings = _dataclass_from_args(ReportSettings, args, exclude=("study", "speed"))
     command = ["albertlm", "report", "--out", args.out]
-    for flag, value in (("--budget", args.budget), ("--hf-checkpoint", args.hf_checkpoint),
-                        ("--threads", args.threads), ("--steps", args.steps), ("--seeds", args.seeds)):
-        if value is not None:
-            command += [flag, str(value)]
-    for flag, value, default in (("--downstream", args.downstream, "auto"), ("--sst2", args.sst2, None),
-                                 ("--corpus", args.corpus, "kjv"), ("--seed", args.seed, 0)):
-        if value != default:
-            command += [flag, str(value)]
-    command += ["--quick"] if args.quick else []
+    for f in dataclasses.fields(ReportSettings):  # the settings that differ from the defaults, as flags
+        value = getattr(settings, f.name)
+        if f.name in ("study", "speed") or value == f.default:
+            continue
+        flag = REPORT_FLAGS.get(f.name) or "--" + f.name.replace("_", "-")
+        command += [flag] if value is True else [flag, str(value)]
     path = run_report(settings, args.out, command=shlex.join(command))
     print(f"wrote {path}")
     return 0

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -58,7 +58,7 @@ class ReportSettings:
     """Tiny workloads for a smoke test (under 10 minutes on 2 CPU cores)."""
     hf_checkpoint: str | None = None
     """An HF-format ALBERT directory (with spiece.model) added to the smoothness figure."""
-    downstream: str = "auto"
+    downstream: Literal["auto", "on", "off"] = "auto"
     """SST-2 fine-tuning of every study model: on, off, or auto (on when the data is there and the
     budget is at least 120 minutes)."""
     sst2_data: str | None = None
@@ -80,7 +80,9 @@ class ReportSettings:
 
     def __post_init__(self) -> None:
         from albertlm.errors import AlbertlmError
+        from albertlm.utils import check_field_types
 
+        check_field_types(self)
         if self.budget_minutes is not None and self.budget_minutes <= 0:
             raise AlbertlmError(f"--budget must be positive, got {self.budget_minutes}")
         if self.downstream not in ("auto", "on", "off"):
