@@ -223,10 +223,13 @@ def test_attention_runs_on_the_flash_kernel():
     config = _config("all")
     model = AlbertForPreTraining(config)
     batch = _ragged(config)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+    reference = {unpad: model(**batch, unpad=unpad).loss for unpad in (False, True)}  # default kernels
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):  # flash only: an unsupported input raises here
         model(batch["input_ids"]).sop_logits.sum().backward()
         for unpad in (False, True):
-            model(**batch, unpad=unpad).loss.backward()
+            loss = model(**batch, unpad=unpad).loss
+            loss.backward()
+            assert torch.isfinite(loss) and torch.allclose(loss, reference[unpad], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

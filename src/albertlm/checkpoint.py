@@ -5,7 +5,7 @@ A run directory holds
     checkpoints/step-00001000/     one complete checkpoint:
         config.json, model.safetensors   the model, in the Hugging Face layout (interop/hf.py)
         optimizer.pt                      optimizer state (tensors + plain Python, read with weights_only=True)
-        trainer.json                      step, schedule, data cursor, numpy RNG states, metrics
+        trainer.json                      step, the tracked metric, and the caller's state (pretraining: data cursors, tokens seen, time)
         rng.pt                            torch CPU (and CUDA) RNG states
         checksums.json                    the sha256 of every other file of the checkpoint
     checkpoints/latest             a text file naming the newest complete checkpoint
@@ -84,7 +84,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         step: optimizer steps taken.
         model: the model (wrappers are removed); saved with `save_pretrained`.
         optimizer: saved as its state_dict, or None.
-        trainer_state: JSON-serialisable state (schedule, data cursor, metrics, numpy RNG).
+        trainer_state: JSON-serialisable state of the caller (pretraining: data cursors, tokens seen, elapsed time).
         keep_last: how many recent checkpoints to keep (the best one is always kept).
         metric: value used to track the best checkpoint (e.g. held-out MLM accuracy).
         higher_is_better: direction of `metric`.

@@ -1,6 +1,6 @@
 """SentencePiece tokenizer with ALBERT's ids: training, encoding, word starts, Chinese mode.
 
-The vocabulary is a SentencePiece unigram model trained with the official recipe (COMPAT.md,
+The vocabulary is a SentencePiece unigram model trained with the official recipe (docs/design-notes.md,
 "Tokenizer"): `<pad>`=0 `<unk>`=1 `[CLS]`=2 `[SEP]`=3 `[MASK]`=4, no BOS/EOS, character
 coverage 0.99995. Text is pre-processed like the official ALBERT code before SentencePiece sees
 it (collapse whitespace, `` and '' -> ", NFKD without combining marks unless accents are kept,

@@ -55,7 +55,7 @@ class ReportSettings:
     budget_minutes: float | None = None
     """Wall-clock budget of the whole report (default: 60, or 6 with quick)."""
     quick: bool = False
-    """Tiny workloads for a smoke test (under 10 minutes on 2 CPU cores)."""
+    """Tiny workloads for a smoke test (a 6-minute budget): checks the pipeline, not the paper's effects."""
     hf_checkpoint: str | None = None
     """An HF-format ALBERT directory (with spiece.model) added to the smoothness figure."""
     downstream: Literal["auto", "on", "off"] = "auto"

@@ -1,7 +1,7 @@
 """Raw text files -> documents -> sentences, streamed (never the whole corpus in memory).
 
 A *document* is a list of sentences plus where it came from (file and first line), so every
-problem can be reported as `file:line`. The pretraining pipeline (COMPAT.md, "Pretraining data")
+problem can be reported as `file:line`. The pretraining pipeline (docs/design-notes.md, "Pretraining data")
 builds SOP pairs from runs of whole sentences inside one document.
 
 Corpus SPEC syntax (one string names one input; several may be given):

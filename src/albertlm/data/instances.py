@@ -8,7 +8,7 @@ random end. Paper §4.1 / §3 (SOP): positives are two consecutive segments of o
 negatives the same two segments swapped. NSP (the BERT objective, an ablation in Table 5) takes B
 from another document half of the time.
 
-Deliberate departures from the official script, each a bug fix (see COMPAT.md "Pretraining data"):
+Deliberate departures from the official script, each a bug fix (docs/design-notes.md, "Pretraining data"):
 
 (a) Single-sentence chunks. The official code, when a chunk holds one sentence (a long sentence, or
     the last sentence of a document), takes B from a *random other document* and, with SOP, still

@@ -11,7 +11,7 @@ How spans are chosen, and why it differs from the official loop:
   The official code draws an n for every candidate start, visits the starts in a shuffled order and
   drops any n-gram that overlaps one already taken. Long n-grams overlap more often, so the spans
   actually masked are shorter than p(n) says; its overlap check was also partly a no-op, and n came
-  from the *global* numpy RNG, so a seed did not reproduce the masks (COMPAT.md). Here each segment
+  from the *global* numpy RNG, so a seed did not reproduce the masks (docs/design-notes.md). Here each segment
   (a run of maskable tokens between [CLS]/[SEP]) is tiled left to right into consecutive n-grams
   with n drawn from p(n), so the tiles are disjoint by construction and follow p(n); the tiles are
   visited in a random order and taken while they fit the budget. A tile that would exceed the

@@ -70,21 +70,26 @@ def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) 
         "short_fraction": float(short.mean()) if n else 0.0,
         "objective": settings["objective"], "masking": settings["masking"],
         "max_seq_length": settings["max_seq_length"], "max_predictions": settings["max_predictions"],
+        "max_ngram": settings["max_ngram"], "short_seq_prob": settings.get("short_seq_prob", 0.1),
+        "masked_lm_prob": settings["masked_lm_prob"],
     }
 
 
 def format_stats(s: dict[str, Any]) -> str:
     """The stats as an aligned text block."""
     grams = ", ".join(f"{k}-gram {v:.1%}" for k, v in s["ngram_fractions"].items())
+    weights = [1 / n for n in range(1, s["max_ngram"] + 1)]  # p(n) proportional to 1/n
+    expected = ", ".join(f"{w / sum(weights):.1%}" for w in weights)
     label = "swapped (SOP label 1)" if s["objective"] == "sop" else "label 1"
     rows = [
         ("split", s["split"]), ("examples", f"{s['examples']:,}"), ("tokens", f"{s['tokens']:,}"),
         ("mean length", f"{s['mean_length']:.1f} of {s['max_seq_length']}"),
         ("padding fraction", f"{s['padding_fraction']:.1%} (if padded to max_seq_length)"),
-        ("mask rate", f"{s['mask_rate']:.2%} of maskable tokens, over {s['mask_stats_from']}"),
-        ("n-gram lengths", f"{grams} (paper: 54.5%, 27.3%, 18.2%)"),
+        ("mask rate", f"{s['mask_rate']:.2%} of maskable tokens (masked_lm_prob {s['masked_lm_prob']:.0%}), over "
+                      f"{s['mask_stats_from']}"),
+        ("n-gram lengths", f"{grams} (expected from max_ngram {s['max_ngram']}: {expected})"),
         (f"{label}", f"{s['label_1_fraction']:.1%}"),
-        ("short sequences", f"{s['short_fraction']:.1%} (short_seq_prob 10%)"),
+        ("short sequences", f"{s['short_fraction']:.1%} (short_seq_prob {s['short_seq_prob']:.0%})"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,1 +1,1 @@
-"""Interop with other ALBERT formats: `hf` (transformers directories), `tf` (Google TF1 checkpoints)."""
+"""Interop with other ALBERT formats: `hf` (transformers directories with a SentencePiece vocabulary)."""
