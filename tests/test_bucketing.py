@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
-import torch
 
-from albertlm.data.bucketing import BucketBatchSampler, bucket_by_length, padded_tokens
+from albertlm.data.bucketing import bucket_by_length, padded_tokens
 from albertlm.errors import AlbertlmError
 
 
@@ -43,20 +42,6 @@ def test_bucketing_cuts_padding():
     real = sum(lengths)
     assert padded_tokens(lengths, random_batches) > 1.5 * real  # ~8/9 x 512 vs a mean of 272
     assert padded_tokens(lengths, bucketed) < 1.05 * real
-
-
-def test_sampler_epochs_and_len():
-    lengths = _lengths(101)
-    sampler = BucketBatchSampler(lengths, batch_size=8, seed=3, pool_batches=5)
-    first = list(sampler)
-    assert len(first) == len(sampler) and list(sampler) == first
-    sampler.set_epoch(1)
-    assert list(sampler) != first and len(list(sampler)) == len(sampler)
-    assert len(BucketBatchSampler(lengths, 8, pool_batches=5, drop_last=True)) == len(
-        list(BucketBatchSampler(lengths, 8, pool_batches=5, drop_last=True)))
-    data = torch.arange(101)
-    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler)
-    assert sorted(torch.cat(list(loader)).tolist()) == list(range(101))
 
 
 def test_rejects_bad_sizes():

@@ -11,8 +11,7 @@ import pytest
 
 from albertlm.data import corpus as corpus_mod
 from albertlm.data.corpus import (
-    Corpus, CorpusStats, format_corpus_stats, infer_format, is_heldout, parse_corpus_spec, read_corpus,
-    split_documents, split_sentences,
+    Corpus, CorpusStats, format_corpus_stats, infer_format, is_heldout, parse_corpus_spec, split_sentences,
 )
 from albertlm.errors import AlbertlmError
 
@@ -34,14 +33,14 @@ def write(path: Path, text: str | bytes) -> Path:
 
 
 def docs_of(spec, **kwargs) -> list[list[str]]:
-    return [d.sentences for d in read_corpus(spec, **kwargs)]
+    return [d.sentences for d in Corpus(spec, **kwargs).documents()]
 
 
 # ---------------------------------------------------------------------------- formats
 @pytest.mark.parametrize("suffix", ["", ".gz", ".zst"])
 def test_lines_format(tmp_path, suffix):
     path = write(tmp_path / f"c.txt{suffix}", OFFICIAL)
-    docs = list(read_corpus(str(path)))
+    docs = list(Corpus(str(path)).documents())
     assert [d.sentences for d in docs] == [["First sentence of doc one.", "Second sentence."], ["Doc two only line."]]
     assert [d.line for d in docs] == [1, 5] and docs[1].where == f"{path}:5"
 
@@ -106,7 +105,7 @@ def test_corpus_is_reiterable(tmp_path):
 
 # ---------------------------------------------------------------------------- kjv
 def test_kjv_builtin_corpus():
-    docs = list(read_corpus("kjv"))
+    docs = list(Corpus("kjv").documents())
     assert len(docs) == 1189  # chapters of the King James Bible
     assert docs[0].sentences[0] == "In the beginning God created the heaven and the earth."
     assert len(docs[0].sentences) == 31  # Genesis 1 has 31 verses
@@ -147,7 +146,7 @@ def test_no_match_and_no_documents_are_errors(tmp_path):
         Corpus("nope.txt")
     empty = write(tmp_path / "empty.txt", "\n\n  \n")
     with pytest.raises(AlbertlmError, match=r"empty\.txt.*no documents found"):
-        list(read_corpus(str(empty)))
+        list(Corpus(str(empty)).documents())
     (tmp_path / "emptydir").mkdir()
     with pytest.raises(AlbertlmError, match="no file matches"):
         Corpus(str(tmp_path / "emptydir"))
@@ -160,19 +159,19 @@ def test_truncated_or_corrupt_compressed_file_is_a_user_error(tmp_path, suffix):
     cut = tmp_path / f"c.txt{suffix}"
     cut.write_bytes(data[: len(data) // 2])  # a cut-off download
     with pytest.raises(AlbertlmError, match=rf"c\.txt\{suffix}:\d+: cannot read"):
-        list(read_corpus(str(cut)))
+        list(Corpus(str(cut)).documents())
     garbage = tmp_path / f"g.txt{suffix}"
     garbage.write_bytes(b"not compressed at all\n" * 10)
     with pytest.raises(AlbertlmError, match=r"g\.txt.*:1: cannot read"):
-        list(read_corpus(str(garbage)))
-    assert len(list(read_corpus(str(tmp_path / f"full.txt{suffix}")))) == 1
+        list(Corpus(str(garbage)).documents())
+    assert len(list(Corpus(str(tmp_path / f"full.txt{suffix}")).documents())) == 1
     if suffix == ".gz":  # a corrupt deflate block inside a well-formed gzip header (zlib.error)
         bad = bytearray(data)
         for k in range(12, 20):
             bad[k] ^= 0xA5
         (tmp_path / "d.txt.gz").write_bytes(bytes(bad))
         with pytest.raises(AlbertlmError, match=r"d\.txt\.gz:\d+: cannot read"):
-            list(read_corpus(str(tmp_path / "d.txt.gz")))
+            list(Corpus(str(tmp_path / "d.txt.gz")).documents())
 
 
 def test_stats_format_clean_corpus():
@@ -200,18 +199,12 @@ def test_split_sentences_chinese():
 
 
 # ---------------------------------------------------------------------------- held-out split
-def test_split_documents_deterministic_and_disjoint(tmp_path):
-    lines = "".join(f"Document number {i}.\n\n" for i in range(400))
-    corpus = Corpus(str(write(tmp_path / "c.txt", lines)))
-    train = [d.line for d in split_documents(corpus, 0.1, seed=3)]
-    held = [d.line for d in split_documents(corpus, 0.1, seed=3, heldout=True)]
-    assert sorted(train + held) == [d.line for d in corpus] and not set(train) & set(held)
+def test_heldout_split_is_deterministic_and_seeded():
+    held = [i for i in range(400) if is_heldout(i, 0.1, seed=3)]
     assert 20 <= len(held) <= 60
-    assert held == [d.line for d in split_documents(corpus, 0.1, seed=3, heldout=True)]
-    assert held != [d.line for d in split_documents(corpus, 0.1, seed=4, heldout=True)]
+    assert held == [i for i in range(400) if is_heldout(i, 0.1, seed=3)]
+    assert held != [i for i in range(400) if is_heldout(i, 0.1, seed=4)]
     assert not any(is_heldout(i, 0.0, 0) for i in range(100))
-    with pytest.raises(AlbertlmError):
-        list(split_documents([], 1.0, 0))
 
 
 def test_data_pipeline_does_not_import_the_model():

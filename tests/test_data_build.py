@@ -8,7 +8,7 @@ import pytest
 
 from albertlm.cli import main
 from albertlm.data.build import BuildSettings, build_dataset
-from albertlm.data.loader import PretrainingDataset, batches, collate
+from albertlm.data.loader import PretrainingDataset, collate
 from albertlm.data.stats import data_stats
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import train_tokenizer
@@ -118,9 +118,9 @@ def test_dynamic_masks_change_between_epochs(kjv_data):
     assert np.array_equal(ds.example(5, epoch=0)["labels"], ds.example(5, epoch=0)["labels"])
 
 
-def test_collate_and_batches(kjv_data):
+def test_collate(kjv_data):
     ds = PretrainingDataset(kjv_data, epochs=1)
-    b = next(batches(ds, 4))
+    b = collate([ds.example(i) for i in range(4)])
     assert b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] % 8 == 0
     assert set(b) == {"input_ids", "token_type_ids", "attention_mask", "labels", "sentence_order_label"}
     assert (b["labels"][b["attention_mask"] == 0] == -100).all()

@@ -1,9 +1,10 @@
-"""The shared training step: accumulation equals one big batch; non-finite steps never touch weights."""
+"""The shared training step: accumulation equals one big batch; the global-norm clip; non-finite steps never touch weights."""
 
 import copy
 
 import pytest
 import torch
+from torch import nn
 
 from albertlm.config import get_preset
 from albertlm.distributed import DistContext
@@ -60,6 +61,18 @@ def test_loss_matches_the_model_loss():
         expected = float(model(**batch).loss)
     assert _step(model, [batch])["loss"] == pytest.approx(expected, rel=1e-6)
 
+
+def test_step_clips_to_the_global_norm_and_reports_the_norm_before_clipping():
+    """Official: tf.clip_by_global_norm(grads, 1.0) before each step; grad_norm is the unclipped norm."""
+    x = torch.tensor([3.0, 4.0])  # the gradient of w·x, norm 5
+    for clip_norm, expected in ((1.0, [-0.6, -0.8]), (None, [-3.0, -4.0])):
+        model = nn.Linear(2, 1, bias=False)
+        nn.init.zeros_(model.weight)
+        out = train_step(model, torch.optim.SGD(model.parameters(), lr=1.0), [{"x": x}], lr=1.0,
+                         loss_fn=lambda m, b, totals: (m(b["x"]).sum(), {}), count_fn=lambda b: {"n": 1.0},
+                         ctx=DistContext(), settings=StepSettings(clip_norm=clip_norm))
+        assert out["grad_norm"] == pytest.approx(5.0)
+        torch.testing.assert_close(model.weight.detach()[0], torch.tensor(expected))
 
 def _poison(model):
     with torch.no_grad():

@@ -12,7 +12,7 @@ from albertlm.data import instances as instances_module
 from albertlm.data import masking as masking_module
 from albertlm.data.instances import CLS_ID, PAD_ID, SEP_ID, create_block_instances
 from albertlm.data.masking import (
-    IGNORE_INDEX, MASK_ID, mask_batch, mask_budget, mask_instance, ngram_probs,
+    IGNORE_INDEX, MASK_ID, mask_budget, mask_instance, ngram_probs,
 )
 
 V = 1000
@@ -140,25 +140,6 @@ def test_max_predictions_and_max_ngram(instances):
     assert mask_budget(0, 0.15, 20) == 0
     assert mask_budget(3, 0.15, 20) == 1  # max(1, ...)
     assert mask_budget(509, 0.15, 20) == 20 and mask_budget(100, 0.15, 20) == 15
-
-
-def test_batch_matches_rows_and_leaves_padding(instances):
-    rows = instances[:64]
-    lengths = np.array([len(i.tokens) for i in rows])
-    tokens = np.zeros((len(rows), 128), np.int32)
-    word_start = np.zeros((len(rows), 128), bool)
-    for r, inst in enumerate(rows):
-        tokens[r, :lengths[r]] = inst.tokens
-        word_start[r, :lengths[r]] = inst.word_start
-    batch = mask_batch(tokens, word_start, lengths, np.random.default_rng(4), V)
-    rng = np.random.default_rng(4)
-    singles = [mask_instance(i.tokens, i.word_start, rng, V) for i in rows]
-    for r, single in enumerate(singles):
-        assert np.array_equal(batch.input_ids[r, :lengths[r]], single.input_ids)
-        assert np.array_equal(batch.labels[r, :lengths[r]], single.labels)
-        assert (batch.input_ids[r, lengths[r]:] == PAD_ID).all()
-        assert (batch.labels[r, lengths[r]:] == IGNORE_INDEX).all()
-    assert np.array_equal(batch.span_n, np.concatenate([s.span_n for s in singles]))
 
 
 def test_word_never_crosses_a_separator():

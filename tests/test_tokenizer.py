@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from albertlm.cli import main
-from albertlm.data.corpus import read_corpus
+from albertlm.data.corpus import Corpus
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import (
     CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, Tokenizer, looks_chinese, preprocess_text,
@@ -35,7 +35,7 @@ PARITY = [
 def english_sentences() -> list[str]:
     """The first 20 chapters of the KJV plus a few accented sentences (fast to train on)."""
     out = []
-    for i, doc in enumerate(read_corpus("kjv")):
+    for i, doc in enumerate(Corpus("kjv").documents()):
         if i == 20:
             break
         out.extend(doc.sentences)

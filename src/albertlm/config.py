@@ -142,10 +142,6 @@ class AlbertConfig:
 
     # ------------------------------------------------------------------ derived shape
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def num_layer_calls(self) -> int:
         """Layer applications per forward pass: L x inner_group_num."""
         return self.num_hidden_layers * self.inner_group_num

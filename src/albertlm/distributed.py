@@ -84,15 +84,6 @@ def barrier(ctx: DistContext) -> None:
         dist.barrier()
 
 
-def broadcast_object(obj, ctx: DistContext):
-    """Rank 0's Python object on every rank."""
-    if not ctx.distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def all_gather_object(obj, ctx: DistContext) -> list:
     """Every rank's Python object, as a list indexed by rank."""
     if not ctx.distributed:

@@ -12,7 +12,6 @@ The training loop owns the step counter and sets ``group["lr"] = lr_at(step, ...
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -269,21 +268,3 @@ def scaled_lr(batch_size: int, base_lr: float = PRETRAIN_LR, base_batch: int = P
     if rule == "linear":
         return base_lr * ratio
     raise ConfigError(f"scaled_lr: unknown rule {rule!r}; expected 'sqrt' or 'linear'")
-
-
-def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float = 1.0) -> tuple[float, bool]:
-    """Clip gradients to a global L2 norm (official: tf.clip_by_global_norm(grads, 1.0)).
-
-    Uses torch.nn.utils.clip_grad_norm_, which scales by max_norm/(norm + 1e-6) when the norm
-    exceeds max_norm (TF: max_norm/norm; the 1e-6 is immaterial). A non-finite norm is reported,
-    not raised: the caller should skip that step (the grads are then garbage).
-
-    Args:
-        parameters: tensors whose .grad are clipped in place.
-        max_norm: the global norm bound.
-
-    Returns:
-        (pre-clip global norm as a float, whether it is finite). Reading the float syncs a GPU.
-    """
-    norm = float(torch.nn.utils.clip_grad_norm_(parameters, max_norm))
-    return norm, math.isfinite(norm)

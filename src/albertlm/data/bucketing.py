@@ -17,7 +17,7 @@ An alternative that needs no change to the batches is the model's unpadded path
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,37 +60,3 @@ def bucket_by_length(lengths: Sequence[int], batch_size: int, rng: np.random.Gen
 def padded_tokens(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> int:
     """Positions computed when each batch is padded to its longest example: sum of len(batch) x max length."""
     return sum(len(b) * max(lengths[i] for i in b) for b in batches if len(b))
-
-
-class BucketBatchSampler:
-    """A `batch_sampler` for torch's DataLoader: `bucket_by_length` redrawn every epoch.
-
-    Epoch e draws from np.random.default_rng((seed, e)), so an epoch's batches do not depend on
-    how many epochs came before or on where a run resumed.
-
-    Args:
-        lengths, batch_size, pool_batches, drop_last: as `bucket_by_length`.
-        seed: the base seed of every epoch's generator.
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50,
-                 drop_last: bool = False):
-        self.lengths = list(lengths)
-        self.batch_size, self.seed, self.pool_batches, self.drop_last = batch_size, seed, pool_batches, drop_last
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def batches(self) -> list[list[int]]:
-        """This epoch's batches."""
-        rng = np.random.default_rng((self.seed, self.epoch))
-        return bucket_by_length(self.lengths, self.batch_size, rng, self.pool_batches, self.drop_last)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
-
-    def __len__(self) -> int:
-        full, rest = divmod(len(self.lengths), self.batch_size * self.pool_batches)
-        tail = rest // self.batch_size if self.drop_last else -(-rest // self.batch_size)
-        return full * self.pool_batches + tail

@@ -39,7 +39,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -493,11 +493,6 @@ class Corpus:
         return _lines_documents(path, stats, self.max_line_chars)
 
 
-def read_corpus(specs: str | Sequence[str], **kwargs) -> Iterator[Document]:
-    """Stream the documents of `specs` (a shortcut for `Corpus(specs, **kwargs).documents()`)."""
-    return Corpus(specs, **kwargs).documents()
-
-
 # ---------------------------------------------------------------------- sentence splitting
 # Words ending in "." that do not end a sentence (compared lower-cased, without the final ".").
 _ABBREVIATIONS = frozenset(
@@ -574,22 +569,3 @@ def is_heldout(index: int, heldout_fraction: float, seed: int) -> bool:
     """
     digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") < heldout_fraction * 2.0**64
-
-
-def split_documents(docs: Iterable[Document], heldout_fraction: float, seed: int, *,
-                    heldout: bool = False) -> Iterator[Document]:
-    """Stream one side of a deterministic train / held-out split of `docs`.
-
-    Args:
-        docs: documents in a fixed order (e.g. `Corpus.documents()`).
-        heldout_fraction: the expected share of documents held out, in [0, 1).
-        seed: changes which documents are held out.
-        heldout: False for the training side, True for the held-out side.
-    Returns:
-        an iterator over the chosen side; the two sides are disjoint and cover `docs`.
-    """
-    if not 0.0 <= heldout_fraction < 1.0:
-        raise AlbertlmError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
-    for index, doc in enumerate(docs):
-        if is_heldout(index, heldout_fraction, seed) == heldout:
-            yield doc

@@ -221,15 +221,3 @@ def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8)
     batch = {k: torch.from_numpy(v) for k, v in out.items()}
     batch["sentence_order_label"] = torch.tensor([int(e["sentence_order_label"]) for e in examples])
     return batch
-
-
-def batches(dataset: PretrainingDataset, batch_size: int, pad_to_multiple: int = 8) -> Iterator[dict[str, torch.Tensor]]:
-    """Collated batches of `batch_size` examples from a dataset's iterator (last partial batch kept)."""
-    buf: list[dict[str, np.ndarray]] = []
-    for example in dataset:
-        buf.append(example)
-        if len(buf) == batch_size:
-            yield collate(buf, pad_to_multiple)
-            buf = []
-    if buf:
-        yield collate(buf, pad_to_multiple)

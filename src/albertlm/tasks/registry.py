@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from albertlm.errors import AlbertlmError
 from albertlm.tasks import glue, metrics, multiple_choice, ner, squad
-from albertlm.tasks.common import Feature, FeatureSettings, find_file
+from albertlm.tasks.common import Feature, find_file
 from albertlm.tasks.glue import Columns
 
 
@@ -384,8 +384,3 @@ def task_table() -> str:
               "generic files, named columns") for g in GENERIC]
     width = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], width)) + "  " + r[4] for r in rows)
-
-
-def with_recipe(spec: TaskSpec, **changes: Any) -> TaskSpec:
-    """A copy of `spec` whose default recipe has some fields changed."""
-    return replace(spec, recipe=replace(spec.recipe, **changes))

@@ -90,7 +90,7 @@ def make_scaler(settings: StepSettings, device: torch.device) -> torch.amp.GradS
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        group["lr"] = lr
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: Sequence[Batch], *,
