@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from albertlm.checkpoint import resume_checkpoint, verify_checkpoint
 from albertlm.cli import main
@@ -273,3 +274,42 @@ def test_a_second_real_run_is_refused_and_the_first_keeps_every_record(prepared,
     assert first.wait(timeout=600) == 0
     assert _steps(run) == list(range(1, 601))  # every record, once
     assert json.loads((run / "summary.json").read_text())["steps"] == 600
+
+
+def test_pretraining_leaves_the_callers_random_state_alone(prepared, tmp_path):
+    _, corpus = prepared
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    pretrain(PretrainRecipe(**{**RECIPE, "steps": 2, "eval_every": 2, "checkpoint_every": 2, "dropout": 0.1},
+                            corpus=corpus), _run_dir(prepared, tmp_path / "run"), progress=False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_with_dropout_killed_and_resumed_bit_for_bit(prepared, tmp_path):
+    """Every rank restores its own RNG state: dropout draws on each rank continue exactly."""
+    import os
+
+    from albertlm.utils import CRASH_ENV
+
+    _, corpus = prepared
+
+    def torchrun(name, env_extra=None, port=29551):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+               "-m", "albertlm.cli", "pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path),
+               "--name", name, "--no-progress", "--device", "cpu", "--dropout", "0.1"]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+    _run_dir(prepared, tmp_path / "ref")
+    done = torchrun("ref")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run = _run_dir(prepared, tmp_path / "killed")
+    killed = torchrun("killed", {CRASH_ENV: "checkpoint:pruned"}, port=29552)  # dies after step 2's checkpoint
+    assert killed.returncode != 0 and (run / "checkpoints" / "latest").read_text().strip() == "step-00000002"
+    done = torchrun("killed", port=29553)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert _losses(run) == _losses(tmp_path / "ref") and _steps(run) == list(range(1, 9))
+    saved = torch.load(run / "checkpoints" / "step-00000008" / "rng.pt", weights_only=True)
+    assert len(saved["ranks"]) == 2 and not torch.equal(saved["ranks"][0]["cpu"], saved["ranks"][1]["cpu"])

@@ -6,7 +6,7 @@ A run directory holds
         config.json, model.safetensors   the model, in the Hugging Face layout (interop/hf.py)
         optimizer.pt                      optimizer state (tensors + plain Python, read with weights_only=True)
         trainer.json                      step, the tracked metric, and the caller's state (pretraining: data cursors, tokens seen, time)
-        rng.pt                            torch CPU (and CUDA) RNG states
+        rng.pt                            torch CPU (and CUDA) RNG states of every rank
         checksums.json                    the sha256 of every other file of the checkpoint
     checkpoints/latest             a text file naming the newest complete checkpoint
     checkpoints/best               a text file naming the best checkpoint by the chosen metric
@@ -76,7 +76,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None, trainer_state: dict[str, Any],
                     keep_last: int = 3, metric: float | None = None, higher_is_better: bool = True,
-                    model_state: dict[str, Any] | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
+                    model_state: dict[str, Any] | None = None, optimizer_state: dict[str, Any] | None = None,
+                    rng_states: list[dict[str, Any]] | None = None) -> Path:
     """Write a complete checkpoint atomically and prune old ones.
 
     Args:
@@ -90,6 +91,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         higher_is_better: direction of `metric`.
         model_state, optimizer_state: full state dicts to save instead of the objects' own
             (FSDP: gathered on every rank with `distributed.gather_full_state`).
+        rng_states: every rank's `rng_state()`, indexed by rank (default: this process's alone), so
+            that each rank resumes its own dropout stream.
     Returns:
         The checkpoint directory.
     """
@@ -101,7 +104,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model: nn.Module,
         unwrap(model).save_pretrained(tmp, state_dict=model_state)
         if optimizer_state is not None or optimizer is not None:
             torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
+        torch.save({"ranks": rng_states if rng_states is not None else [rng_state()]}, tmp / "rng.pt")
         state = dict(trainer_state, step=step, metric=metric)
         (tmp / "trainer.json").write_text(json.dumps(state, indent=2, sort_keys=True))
         sums = {f.name: sha256_file(f) for f in sorted(tmp.iterdir()) if f.is_file()}
@@ -239,8 +242,9 @@ def _read_state(ckpt: Path) -> dict[str, Any]:
 
 
 def load_checkpoint(ckpt: str | os.PathLike, model: nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True) -> dict[str, Any]:
-    """Restore model (and optimizer, RNG) in place from a checkpoint directory.
+                    optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True,
+                    rank: int = 0) -> dict[str, Any]:
+    """Restore model (and optimizer, this rank's RNG) in place from a checkpoint directory.
 
     Returns:
         The trainer state saved with it (step, data cursor, ...).
@@ -253,7 +257,13 @@ def load_checkpoint(ckpt: str | os.PathLike, model: nn.Module,
     if optimizer is not None:
         optimizer.load_state_dict(read_optimizer_state(ckpt))
     if restore_rng and (ckpt / "rng.pt").exists():
-        set_rng_state(torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True))
+        saved = torch.load(ckpt / "rng.pt", map_location="cpu", weights_only=True)
+        if "ranks" not in saved:  # written before every rank's state was kept: rank 0's
+            saved = {"ranks": [saved]}
+        if rank >= len(saved["ranks"]):
+            raise AlbertlmError(f"{ckpt / 'rng.pt'}: holds the RNG states of {len(saved['ranks'])} rank(s), not of "
+                                f"rank {rank}; resume with the same number of processes")
+        set_rng_state(saved["ranks"][rank])
     return state
 
 

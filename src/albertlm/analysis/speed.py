@@ -262,6 +262,14 @@ def measure_speed(settings: SpeedSettings, log: Callable[[str], None] = print,
     Returns:
         {"settings", "training": [...], "inference": [...]}: JSON-ready records.
     """
+    with torch.random.fork_rng(devices=[]):  # it seeds torch's generator; the caller's state is restored
+        return _measure_speed(settings, log, configs)
+
+
+def _measure_speed(settings: SpeedSettings, log: Callable[[str], None],
+                   configs: dict[str, AlbertConfig] | None) -> dict:
+    """measure_speed()'s body, run inside a fork of torch's global generator."""
+
     def config_of(name: str) -> AlbertConfig:
         return (configs or {}).get(name) or get_preset(name)
 

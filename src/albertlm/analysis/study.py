@@ -270,6 +270,14 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
     Returns:
         A JSON-ready dict: plan, runs (recipe, summary, parameters, downstream), table5, smoothness.
     """
+    with torch.random.fork_rng(devices=[]):  # it seeds torch's generator; the caller's state is restored
+        return _run_study(settings, root, seconds_available, log, started, hf_checkpoint, sst2_dir, finetune_share)
+
+
+def _run_study(settings: StudySettings, root: Path, seconds_available: float, log: Callable[[str], None],
+               started: float | None, hf_checkpoint: str | None, sst2_dir: Path | None,
+               finetune_share: float) -> dict[str, Any]:
+    """run_study()'s body, run inside a fork of torch's global generator."""
     from albertlm.analysis.smoothness import UNTRAINED, reencode_batches, smoothness, unmasked_heldout_batches
     from albertlm.model import AlbertForPreTraining, AlbertModel
 

@@ -246,10 +246,17 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
     Returns:
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
-    spec = get_task(task) if isinstance(task, str) else task
-    recipe = recipe or FinetuneRecipe()
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                           "cpu" if device == "auto" else device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _finetune(task, model_dir, data_dir, out_dir, recipe, device=device, progress=progress)
+
+
+def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, out_dir: str | Path,
+              recipe: FinetuneRecipe | None, *, device: torch.device, progress: bool) -> dict[str, Any]:
+    """finetune()'s body, run inside a fork of torch's global generator (it seeds it)."""
+    spec = get_task(task) if isinstance(task, str) else task
+    recipe = recipe or FinetuneRecipe()
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise AlbertlmError(f"--out {out_dir}: exists and is not a directory")

@@ -53,6 +53,8 @@ class PretrainRecipe:
     """Override the preset's sharing strategy (all, attention, ffn, none)."""
     embedding_size: int | None = None
     """Override the preset's embedding size E."""
+    dropout: float | None = None
+    """Override the preset's hidden and attention dropout (ALBERT pretrains without dropout: 0)."""
     corpus: str = "kjv"
     """Corpus spec (see data/corpus.py): `kjv`, files, globs, directories."""
     vocab_size: int = 8000
@@ -152,6 +154,8 @@ class PretrainRecipe:
             raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise AlbertlmError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise AlbertlmError(f"dropout must be in [0, 1), got {self.dropout}")
         get_preset(self.preset)  # an unknown preset fails here, before any work
         if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
             raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
@@ -330,17 +334,20 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
     """
     ctx = ctx or DistContext()
     run_dir = Path(run_dir)
-    if not ctx.is_main:
-        barrier(ctx)  # the main process locks, claims and clears the directory first
-        return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
-    with RunLock(run_dir):
-        claim_run_dir(run_dir)
-        if restart:
-            clear_run(run_dir)
-        for path in remove_stale_temporaries(run_dir):
-            print(f"removed {path}, left by an interrupted save", flush=True)
-        barrier(ctx)
-        return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
+    # the run seeds torch's global generator (initialisation, dropout) inside a fork: the caller's
+    # own random state is the same afterwards
+    with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):
+        if not ctx.is_main:
+            barrier(ctx)  # the main process locks, claims and clears the directory first
+            return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
+        with RunLock(run_dir):
+            claim_run_dir(run_dir)
+            if restart:
+                clear_run(run_dir)
+            for path in remove_stale_temporaries(run_dir):
+                print(f"removed {path}, left by an interrupted save", flush=True)
+            barrier(ctx)
+            return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
 
 
 def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: bool, progress: bool,
@@ -374,14 +381,18 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         overrides["sharing"] = recipe.sharing
     if recipe.embedding_size:
         overrides["embedding_size"] = recipe.embedding_size
+    if recipe.dropout is not None:
+        overrides.update(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
     config = get_preset(recipe.preset, **overrides)
     torch.manual_seed(recipe.seed)
     model = AlbertForPreTraining(config)
     model.init_embeddings(recipe.position_init, recipe.token_type_init, recipe.projection_init)
+    if ctx.distributed:  # the same weights everywhere, then a dropout stream of each rank's own
+        torch.manual_seed(recipe.seed * 1_000_003 + ctx.rank + 1)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     ckpt = resume_checkpoint(run_dir, notice=_notice(ctx)) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
-        state = load_checkpoint(ckpt, model)
+        state = load_checkpoint(ckpt, model, rank=ctx.rank)
         for dataset, key in ((train_data, "data"), (short_data, "data_curriculum")):
             if dataset is not None:
                 saved = state[key]
@@ -465,6 +476,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         if step % recipe.checkpoint_every == 0 or final:
             model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
             data_state = _gather_cursors(train_data, ctx)
+            rng_states = _gather_rng(ctx)
             short_state = _gather_cursors(short_data, ctx) if short_data is not None else None
             if ctx.is_main:
                 state = {"data": data_state, "tokens_seen": tokens_seen,
@@ -472,7 +484,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
                          "elapsed": elapsed_before + time.perf_counter() - start}
                 save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
                                 metric=eval_metrics.get("mlm_mask_accuracy") if step % recipe.eval_every == 0 or final else None,
-                                model_state=model_sd, optimizer_state=optim_sd)
+                                model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
             barrier(ctx)
         if stop_after is not None and done_here >= stop_after and not final:
             break
@@ -524,6 +536,17 @@ def _gather_cursors(dataset: PretrainingDataset, ctx: DistContext) -> Any:
     from albertlm.distributed import all_gather_object
 
     return all_gather_object(dataset.state_dict(), ctx)
+
+
+def _gather_rng(ctx: DistContext) -> list[dict[str, Any]]:
+    """Every rank's torch RNG state, indexed by rank (dropout differs per rank)."""
+    from albertlm.checkpoint import rng_state
+
+    if not ctx.distributed:
+        return [rng_state()]
+    from albertlm.distributed import all_gather_object
+
+    return all_gather_object(rng_state(), ctx)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
