@@ -39,6 +39,16 @@ class DistContext:
         return self.world_size > 1
 
 
+def resolve_device(device: str | torch.device, local_rank: int = 0) -> torch.device:
+    """The torch device a `--device` value names: "auto" is this process's GPU when CUDA is
+    available, else the CPU; "cuda" is this process's GPU; anything else is taken as given."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(f"cuda:{local_rank}") if device == "cuda" else torch.device(device)
+
+
 def init_distributed(env: dict[str, str], device: str = "auto") -> DistContext:
     """Start the process group when launched by torchrun (WORLD_SIZE > 1 in `env`).
 
@@ -51,8 +61,8 @@ def init_distributed(env: dict[str, str], device: str = "auto") -> DistContext:
     world = int(env.get("WORLD_SIZE", "1"))
     rank = int(env.get("RANK", "0"))
     local = int(env.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
-    dev = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
+    dev = resolve_device(device, local)
+    use_cuda = dev.type == "cuda"
     if use_cuda:
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():

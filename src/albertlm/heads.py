@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.config import AlbertConfig
-from albertlm.model import IGNORE_INDEX, AlbertModel, PreTrainedAlbert
+from albertlm.model import AlbertModel, PreTrainedAlbert
+from albertlm.vocab import IGNORE_INDEX
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 

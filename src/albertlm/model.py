@@ -26,8 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.config import AlbertConfig
-
-IGNORE_INDEX = -100  # label value of positions the MLM loss skips (as PyTorch / HF)
+from albertlm.vocab import IGNORE_INDEX
 
 
 def activation(name: str):

@@ -34,10 +34,9 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.utils import atomic_write_bytes, atomic_write_text
+from albertlm.vocab import (CJK_RANGES, CLS_ID, CLS_TOKEN, HAN_RANGES, MASK_ID, MASK_TOKEN, PAD_ID,  # noqa: F401
+                            PAD_TOKEN, SEP_ID, SEP_TOKEN, SPECIAL_TOKENS, UNK_ID, UNK_TOKEN, pair_inputs)
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
-PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)  # position = id
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer_config.json"
 CONFIG_VERSION = 1
@@ -47,11 +46,9 @@ _META = "\u2581"  # SentencePiece's word-boundary mark "▁"
 _SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
 _SPECIAL_IDS = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
 
-# CJK ideographs (BERT's _is_chinese_char ranges) plus CJK and full-width punctuation: each is
-# split off as its own piece in Chinese mode. _HAN is ideographs only, for language detection.
-_HAN = ("\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf"
-        "\U0002f800-\U0002fa1f")
-_CJK = _HAN + "\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65"
+# Chinese mode splits off every CJK character (vocab.CJK_RANGES); ideographs alone detect the language.
+_HAN = HAN_RANGES
+_CJK = CJK_RANGES
 _CJK_RE = re.compile(f"([{_CJK}])")
 _HAN_RE = re.compile(f"[{_HAN}]")
 _CJK_GAP_RE = re.compile(f"(?<=[{_CJK}]) (?=[{_CJK}])")
@@ -630,9 +627,8 @@ class Tokenizer:
         Returns:
             (input_ids int32 [L], token_type_ids int32 [L]).
         """
-        ids = [CLS_ID, *a, SEP_ID] + ([] if b is None else [*b, SEP_ID])
-        types = [0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2)
-        return np.array(ids, dtype=np.int32), np.array(types, dtype=np.int32)
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b))
+        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         """Text for ids (of the pre-processed text: lower-cased etc. as the tokenizer saw it).

@@ -104,7 +104,8 @@ def unmasked_heldout_batches(data_dir, batch_size: int = 32, max_examples: int |
     The loader masks dynamically; the labels hold the original ids at the masked positions, so
     putting them back restores the text exactly.
     """
-    from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
+    from albertlm.data.loader import PretrainingDataset, collate
+    from albertlm.vocab import IGNORE_INDEX
 
     dataset = PretrainingDataset(data_dir, "heldout", seed=seed, shuffle=False)
     n = min(dataset.num_examples, max_examples or dataset.num_examples)
@@ -142,7 +143,7 @@ def reencode_batches(batches: Iterable[dict[str, torch.Tensor]], source, target,
         ids = ids.astype(np.int64)
         examples.append({"input_ids": ids, "token_type_ids": types.astype(np.int64),
                          "attention_mask": np.ones(len(ids), dtype=np.int64),
-                         "labels": np.full(len(ids), -100, dtype=np.int64), "sentence_order_label": 0})
+                         "labels": np.full(len(ids), IGNORE_INDEX, dtype=np.int64), "sentence_order_label": 0})
     return [{k: v for k, v in collate(examples[i:i + batch_size]).items()
              if k in ("input_ids", "attention_mask", "token_type_ids")}
             for i in range(0, len(examples), batch_size)]

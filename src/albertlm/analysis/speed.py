@@ -33,6 +33,7 @@ import torch
 
 from albertlm.analysis.params import count_parameters, flops_per_token
 from albertlm.config import AlbertConfig, get_preset
+from albertlm.vocab import IGNORE_INDEX
 
 PAPER_SPEEDUP = {"bert-base": 4.7, "bert-large": 1.0, "albert-base": 5.6, "albert-large": 1.7,
                  "albert-xlarge": 0.6, "albert-xxlarge": 0.3}
@@ -79,7 +80,7 @@ def random_batch(config: AlbertConfig, batch_size: int, seq_len: int, generator:
                  mlm_fraction: float = 0.15) -> dict[str, torch.Tensor]:
     """A pretraining batch of random ids: [B, S] inputs, labels on `mlm_fraction` of the positions."""
     ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)  # no special ids
-    labels = torch.full_like(ids, -100)
+    labels = torch.full_like(ids, IGNORE_INDEX)
     picked = torch.rand(batch_size, seq_len, generator=generator) < mlm_fraction
     picked[:, 1] = True  # at least one prediction per sequence
     labels[picked] = ids[picked]

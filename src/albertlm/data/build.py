@@ -34,6 +34,7 @@ from albertlm.data.masking import mask_instance
 from albertlm.data.shards import write_shard
 from albertlm.errors import AlbertlmError
 from albertlm.utils import check_field_types, sha256_file
+from albertlm.vocab import IGNORE_INDEX
 from albertlm.utils import atomic_write_text
 
 SPLITS = ("train", "heldout")
@@ -136,7 +137,7 @@ def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict
                 m = mask_instance(tokens, inst.word_start, rng, vocab_size=tok.vocab_size,
                                   masked_lm_prob=s.masked_lm_prob, max_predictions=s.max_predictions,
                                   max_ngram=s.max_ngram)
-                pos = np.flatnonzero(m.labels != -100)
+                pos = np.flatnonzero(m.labels != IGNORE_INDEX)
                 rows["mlm_positions"].append(pos.astype(np.uint16))
                 rows["mlm_labels"].append(m.labels[pos].astype(np.int32))
                 rows["span_n"].append(m.span_n.astype(np.uint8))

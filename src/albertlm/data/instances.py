@@ -50,8 +50,8 @@ from typing import Union
 import numpy as np
 
 from albertlm.errors import AlbertlmError
+from albertlm.vocab import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 OBJECTIVES = ("sop", "nsp", "none")
 
 Sentence = tuple[np.ndarray, np.ndarray]  # (ids int32 [n], word_start bool [n])

@@ -23,9 +23,7 @@ import torch
 
 from albertlm.data.shards import Shard, list_shards
 from albertlm.errors import AlbertlmError
-
-IGNORE_INDEX = -100
-PAD_ID = 0
+from albertlm.vocab import IGNORE_INDEX, PAD_ID
 
 
 class PretrainingDataset(torch.utils.data.IterableDataset):

@@ -34,10 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
-NUM_SPECIAL = 5  # ids 0..4 are never drawn as random replacement tokens
-IGNORE_INDEX = -100  # label at positions that are not predicted (torch cross-entropy default)
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID, UNK_ID
 
 
 class MaskResult(NamedTuple):

@@ -15,6 +15,7 @@ import numpy as np
 
 from albertlm.data.shards import Shard, list_shards
 from albertlm.errors import AlbertlmError
+from albertlm.vocab import IGNORE_INDEX
 
 SPECIALS_PER_EXAMPLE = 3  # [CLS], [SEP], [SEP]: never masked
 
@@ -54,7 +55,7 @@ def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) 
         span_list = []
         for index in np.sort(picks):
             m = data.dynamic_mask(int(index), epoch=0)
-            masked += int((m.labels != -100).sum())
+            masked += int((m.labels != IGNORE_INDEX).sum())
             maskable += len(m.labels) - SPECIALS_PER_EXAMPLE
             span_list.append(m.span_n)
         spans = np.concatenate(span_list) if span_list else np.zeros(0, np.int8)

@@ -26,16 +26,14 @@ from typing import Any
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tokenizer import CLS_ID, SEP_ID, UNK_ID, preprocess_text
+from albertlm.tokenizer import preprocess_text
+from albertlm.vocab import CJK_RANGES, IGNORE_INDEX, UNK_ID
 
 MAX_BAD_FRACTION = 0.1
 MIN_BAD_TO_FAIL = 5
-IGNORE_INDEX = -100
 PAD_VALUES = {"input_ids": 0, "attention_mask": 0, "token_type_ids": 0, "labels": IGNORE_INDEX}  # by input name
 _META = "\u2581"
-# CJK ideographs and CJK / full-width punctuation (as the tokenizer's Chinese mode splits them)
-_CJK = ("\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ceaf"
-        "\U0002f800-\U0002fa1f\u3001-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65")
+_CJK = CJK_RANGES  # split one per word, as the tokenizer's Chinese mode splits them
 _WORD_RE = re.compile(r"\S+")
 _CJK_WORD_RE = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
 
@@ -220,20 +218,6 @@ def truncate_pair(a: np.ndarray, b: np.ndarray | None, max_pieces: int) -> tuple
         else:
             lb -= 1
     return a[:la], (None if b is None else b[:lb])
-
-
-def pair_inputs(a: np.ndarray, b: np.ndarray | None) -> dict[str, np.ndarray]:
-    """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
-
-    Returns:
-        {"input_ids": int64 [S], "token_type_ids": int64 [S]}.
-    """
-    parts = [np.array([CLS_ID]), a, np.array([SEP_ID])]
-    types = [np.zeros(len(a) + 2, dtype=np.int64)]
-    if b is not None:
-        parts += [b, np.array([SEP_ID])]
-        types.append(np.ones(len(b) + 1, dtype=np.int64))
-    return {"input_ids": np.concatenate(parts).astype(np.int64), "token_type_ids": np.concatenate(types)}
 
 
 def pad_batch(features: Sequence[Feature]) -> dict[str, np.ndarray]:

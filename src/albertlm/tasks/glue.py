@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tasks.common import (Feature, FeatureSettings, RowErrors, numbered_lines, open_text,
-                                   pair_inputs, truncate_pair)
+from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, numbered_lines, open_text, truncate_pair
+from albertlm.vocab import pair_inputs
 
 Label = str | float | list[str] | None
 

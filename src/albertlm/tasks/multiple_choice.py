@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, numbered_lines, pair_inputs, truncate_pair
+from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, numbered_lines, truncate_pair
+from albertlm.vocab import pair_inputs
 
 LETTERS = "ABCDEFGHIJ"
 

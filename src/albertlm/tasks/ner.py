@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tasks.common import IGNORE_INDEX, Feature, FeatureSettings, RowErrors, encode_words, numbered_lines
+from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, encode_words, numbered_lines
 from albertlm.tasks.metrics import iob1_to_bio
-from albertlm.tokenizer import CLS_ID, SEP_ID
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, SEP_ID
 
 _TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
 _SEGPOS_RE = re.compile(r"\d+$")

@@ -26,7 +26,8 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import (Feature, FeatureSettings, MalformedDataWarning, RowErrors, encode_words,
-                                   open_text, pair_inputs, split_words)
+                                   open_text, split_words)
+from albertlm.vocab import pair_inputs
 
 
 @dataclass

@@ -29,7 +29,7 @@ from torch import nn
 
 from albertlm.checkpoint import assert_finite_weights
 from albertlm.config import AlbertConfig
-from albertlm.distributed import DistContext
+from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
 from albertlm.optim import build_optimizer, lr_at
@@ -38,6 +38,7 @@ from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.loop import StepSettings, train_step
 from albertlm.train.metrics import MetricsLogger
 from albertlm.utils import check_field_types
+from albertlm.vocab import IGNORE_INDEX
 
 
 MIN_SEQ_LENGTH = 8
@@ -246,8 +247,7 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
     Returns:
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
-    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                          "cpu" if device == "auto" else device)
+    device = resolve_device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         return _finetune(task, model_dir, data_dir, out_dir, recipe, device=device, progress=progress)
 
@@ -303,7 +303,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     tokens = spec.family.count == "tokens"
 
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        return {"n": float((batch["labels"] != -100).sum()) if tokens else float(len(batch["input_ids"]))}
+        return {"n": float((batch["labels"] != IGNORE_INDEX).sum()) if tokens else float(len(batch["input_ids"]))}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
         out = model(**batch)

@@ -20,16 +20,11 @@ import torch
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
+from albertlm.distributed import resolve_device
 from albertlm.heads import HEADS
 from albertlm.tasks.common import Feature, FeatureSettings, split_words
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import load_tokenizer, run_features, score
-
-
-def _device(device: str | torch.device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -92,7 +87,7 @@ def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
     arch, config = read_architecture(model_dir)
     if arch not in HEADS:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
-    model = HEADS[arch].from_pretrained(model_dir).to(_device(device)).eval()
+    model = HEADS[arch].from_pretrained(model_dir).to(resolve_device(device)).eval()
     return model, config, load_tokenizer(model_dir)
 
 
@@ -272,7 +267,7 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
     import warnings
 
     from albertlm.model import AlbertForPreTraining
-    from albertlm.tokenizer import MASK_ID
+    from albertlm.vocab import MASK_ID
 
     if top_k < 1:
         raise AlbertlmError(f"--top-k must be at least 1, got {top_k}")
@@ -283,7 +278,7 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
     tokenizer = load_tokenizer(model_dir)
     with warnings.catch_warnings():  # the SOP head plays no part here
         warnings.filterwarnings("ignore", message=".*SOP head.*")
-        model = AlbertForPreTraining.from_pretrained(model_dir).to(_device(device)).eval()
+        model = AlbertForPreTraining.from_pretrained(model_dir).to(resolve_device(device)).eval()
     ids, _ = tokenizer.build_inputs(tokenizer.encode(text))
     positions = np.flatnonzero(ids == MASK_ID)
     if not len(positions):

@@ -32,7 +32,7 @@ from torch import nn
 
 from albertlm.checkpoint import unwrap
 from albertlm.data.loader import PretrainingDataset, collate
-from albertlm.data.masking import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from albertlm.vocab import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from albertlm.data.shards import Shard, list_shards
 from albertlm.distributed import DistContext, all_reduce_sum
 

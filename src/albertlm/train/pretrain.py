@@ -24,7 +24,7 @@ from torch import nn
 from albertlm.checkpoint import (assert_finite_weights, load_checkpoint, read_optimizer_state,
                                  remove_stale_temporaries, resume_checkpoint, save_checkpoint, unwrap)
 from albertlm.config import get_preset
-from albertlm.data.loader import IGNORE_INDEX, PretrainingDataset, collate
+from albertlm.data.loader import PretrainingDataset, collate
 from albertlm.distributed import (DistContext, all_reduce_sum, apply_activation_checkpointing, barrier,
                                   gather_full_state, gradient_bytes, load_optimizer_state, maybe_compile,
                                   wrap_data_parallel)
@@ -36,6 +36,7 @@ from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, tr
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
 from albertlm.utils import atomic_write_text, check_field_types, crash_point
+from albertlm.vocab import IGNORE_INDEX
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
