@@ -72,7 +72,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-data-"))
     tok = work / "tok"
-    train_tokenizer("kjv", tok, vocab_size=args.vocab)
+    train_tokenizer(Corpus("kjv").sentences, tok, vocab_size=args.vocab)
     sentences = list(Corpus("kjv").sentences())
     (work / "kjv.txt").write_text("\n\n".join("\n".join(d.sentences) for d in Corpus("kjv").documents()) + "\n")
     (work / "kjv4.txt").write_text((work / "kjv.txt").read_text() * 4)

@@ -95,7 +95,6 @@ def measure(preset: str, batch: int, seq: int, repeats: int, peak: float) -> dic
             "infer_mfu": flops_per_token(config, seq, training=False) * tokens / infer_s / (peak * 1e12),
             "peak_memory_bytes": torch.cuda.max_memory_allocated()}
         model.to("cpu")
-        del optimizer
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     row["train_speedup_vs_transformers"] = row["transformers"]["train_seconds"] / row["albertlm"]["train_seconds"]

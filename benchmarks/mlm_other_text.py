@@ -30,7 +30,7 @@ import torch
 
 from albertlm.data.build import BuildSettings, build_dataset
 from albertlm.data.loader import PretrainingDataset
-from albertlm.data.masking import NUM_SPECIAL
+from albertlm.vocab import NUM_SPECIAL
 from albertlm.data.shards import Shard, list_shards
 from albertlm.model import AlbertForPreTraining
 from albertlm.train.mlm_eval import TokenBaselines, evaluate

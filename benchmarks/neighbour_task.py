@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from albertlm import AlbertForPreTraining, get_preset
-from albertlm.data.masking import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from albertlm.optim import build_optimizer
 
 

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from albertlm.data.corpus import Corpus
 from albertlm.cli import main
 from albertlm.data.build import BuildSettings, build_dataset
 from albertlm.data.loader import PretrainingDataset, collate
@@ -17,7 +18,7 @@ from albertlm.tokenizer import train_tokenizer
 @pytest.fixture(scope="module")
 def kjv_tokenizer(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok")
-    train_tokenizer("kjv", out, vocab_size=2000)
+    train_tokenizer(Corpus("kjv").sentences, out, vocab_size=2000)
     return out
 
 
@@ -158,7 +159,7 @@ def test_chinese_whole_word_masking(tmp_path):
              "科学技术是第一生产力。", "这个城市的交通非常方便。", "学生们正在教室里认真学习。"]
     corpus = tmp_path / "zh.txt"
     corpus.write_text("\n\n".join("\n".join(sents[(d + k) % 6] for k in range(5)) for d in range(40)) + "\n")
-    train_tokenizer(str(corpus), tmp_path / "tok", vocab_size=120, chinese=True)
+    train_tokenizer(Corpus(str(corpus)).sentences, tmp_path / "tok", vocab_size=120, chinese=True)
     build_dataset(str(corpus), tmp_path / "tok", tmp_path / "d",
                   BuildSettings(max_seq_length=64, masking="static", heldout_fraction=0.0), progress=False)
     ds = PretrainingDataset(tmp_path / "d")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from albertlm.data.instances import (
-    CLS_ID, SEP_ID, create_block_instances, create_instances, truncate_counts,
-)
+from albertlm.data.instances import create_block_instances, create_instances, truncate_counts
 from albertlm.errors import AlbertlmError
+from albertlm.vocab import CLS_ID, SEP_ID
 
 
 def _sentence(rng, num_words, next_id=None, vocab=1000):

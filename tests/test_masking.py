@@ -10,10 +10,9 @@ import pytest
 
 from albertlm.data import instances as instances_module
 from albertlm.data import masking as masking_module
-from albertlm.data.instances import CLS_ID, PAD_ID, SEP_ID, create_block_instances
-from albertlm.data.masking import (
-    IGNORE_INDEX, MASK_ID, mask_budget, mask_instance, ngram_probs,
-)
+from albertlm.data.instances import create_block_instances
+from albertlm.data.masking import mask_budget, mask_instance, ngram_probs
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, PAD_ID, SEP_ID
 
 V = 1000
 
@@ -156,7 +155,7 @@ def test_word_never_crosses_a_separator():
 
 
 def test_pipeline_is_numpy_only():
-    """The data modules import neither torch nor the model (STYLE.md: the pipeline knows no network)."""
+    """The data modules import neither torch nor the model."""
     for module in (instances_module, masking_module):
         tree = ast.parse(Path(module.__file__).read_text())
         names = set()

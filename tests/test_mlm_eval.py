@@ -9,13 +9,14 @@ import pytest
 import torch
 from torch import nn
 
+from albertlm.data.corpus import Corpus
 from albertlm.config import get_preset
 from albertlm.data.build import BuildSettings, build_dataset
 from albertlm.data.loader import PretrainingDataset
-from albertlm.data.masking import CLS_ID, IGNORE_INDEX, MASK_ID, SEP_ID
 from albertlm.data.shards import write_shard
 from albertlm.tokenizer import train_tokenizer
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, SEP_ID
 from conftest import write_story_corpus
 
 
@@ -23,7 +24,7 @@ from conftest import write_story_corpus
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlm_eval")
     corpus = write_story_corpus(root / "corpus.txt", documents=60)
-    train_tokenizer(str(corpus), root / "tok", vocab_size=64, strict=True)
+    train_tokenizer(Corpus(str(corpus)).sentences, root / "tok", vocab_size=64, strict=True)
     build_dataset(str(corpus), root / "tok", root / "data", BuildSettings(max_seq_length=64, heldout_fraction=0.1),
                   progress=False)
     return root / "data"

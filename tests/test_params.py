@@ -41,7 +41,7 @@ def test_counts_equal_built_model_big(table, name, config):
 
 
 def test_released_counts():
-    # PAPER.md: the counts Hugging Face and Keras report for the released v2 models.
+    # The counts Hugging Face and Keras report for the released v2 models.
     backbone = {"albert-base": 11_683_584, "albert-large": 17_683_968,
                 "albert-xlarge": 58_724_864, "albert-xxlarge": 222_595_584}
     with_heads = {"albert-base": 11_813_810, "albert-large": 17_847_474,

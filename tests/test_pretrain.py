@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
+from albertlm.data.corpus import Corpus
 from albertlm.data.build import BuildSettings, build_dataset
 from albertlm.distributed import DistContext
 from albertlm.tokenizer import train_tokenizer
@@ -35,7 +35,7 @@ def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("prepared")
     corpus = root / "corpus.txt"
     write_story_corpus(corpus, documents=80)
-    train_tokenizer(str(corpus), root / "tokenizer", vocab_size=64, strict=True)
+    train_tokenizer(Corpus(str(corpus)).sentences, root / "tokenizer", vocab_size=64, strict=True)
     build_dataset(str(corpus), root / "tokenizer", root / "data",
                   BuildSettings(max_seq_length=64, heldout_fraction=0.1), progress=False)
     return root, str(corpus)

@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 
+from albertlm.data.corpus import Corpus
 from albertlm import AlbertForPreTraining, get_preset
 from albertlm.analysis.report import ReportSettings, run_report
 from albertlm.analysis.speed import (SpeedSettings, bert_twin, fastest_threads, measure_speed,
@@ -39,7 +40,7 @@ def test_report_on_a_tiny_study(tmp_path):
     corpus = _corpus(tmp_path / "corpus.txt")
     # an HF-format checkpoint with its own vocabulary, for the smoothness figure
     hf = tmp_path / "hf"
-    train_tokenizer(str(corpus), hf, vocab_size=48, strict=False)
+    train_tokenizer(Corpus(str(corpus)).sentences, hf, vocab_size=48, strict=False)
     AlbertForPreTraining(get_preset("test", vocab_size=48)).save_pretrained(hf)
 
     # a few SST-2 rows: the downstream score's pipeline (forced on; auto needs a 120-minute budget)

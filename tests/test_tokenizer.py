@@ -127,16 +127,18 @@ def test_oversize_vocab_falls_back_or_fails_strict(tmp_path):
         train_tokenizer(["", "   "], tmp_path / "e", vocab_size=50, log=notes.append)
 
 
-def test_spec_string_sampling_cap_and_determinism(tmp_path):
+def test_corpus_sentences_sampling_cap_and_determinism(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n\n".join(english_sentences()[:400]) + "\n")
     notes = []
-    for name in ("a", "b"):  # a corpus SPEC string is read with albertlm.data.corpus
-        result = train_tokenizer(str(corpus), tmp_path / name, vocab_size=200, input_sentence_size=150,
-                                 seed=5, log=notes.append)
+    for name in ("a", "b"):  # a corpus is read by albertlm.data.corpus, then handed over as sentences
+        result = train_tokenizer(Corpus(str(corpus)).sentences, tmp_path / name, vocab_size=200,
+                                 input_sentence_size=150, seed=5, log=notes.append)
         assert result.sentences == 400 and not result.chinese
     assert notes == ["notice: SentencePiece sampled 150 of 400 sentences (raise input_sentence_size to use more)"] * 2
     assert (tmp_path / "a" / "spiece.model").read_bytes() == (tmp_path / "b" / "spiece.model").read_bytes()
+    with pytest.raises(AlbertlmError, match="not the string"):  # a SPEC string is not a list of sentences
+        train_tokenizer(str(corpus), tmp_path / "s", vocab_size=200)
     one_shot = iter(["the cat sat on the mat", "a dog ate the hat"] * 10)
     with pytest.raises(AlbertlmError, match="one-shot iterator"):  # the oversize retry needs a second pass
         train_tokenizer(one_shot, tmp_path / "o", vocab_size=5000, log=notes.append)

@@ -264,12 +264,30 @@ def _tokenizer_args(p: argparse.ArgumentParser) -> None:
 
 
 def _tokenizer_run(args: argparse.Namespace) -> int:
-    from albertlm.tokenizer import train_command
+    """`albertlm tokenizer train`: read the corpus SPECs, train, write --out, print a summary."""
+    from pathlib import Path
 
-    return train_command(args.input, args.vocab_size, args.out, cased=args.cased, keep_accents=args.keep_accents,
-                         chinese=args.chinese, strict=args.strict, input_sentence_size=args.input_sentence_size,
-                         text_key=args.text_key, max_line_chars=args.max_line_chars, num_threads=args.threads,
-                         seed=args.seed)
+    from tqdm import tqdm
+
+    from albertlm.data.corpus import DEFAULT_MAX_LINE_CHARS, Corpus, format_corpus_stats
+    from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, train_tokenizer
+
+    corpus = Corpus(args.input, text_key=args.text_key, max_line_chars=args.max_line_chars or DEFAULT_MAX_LINE_CHARS)
+
+    def sentences():  # a progress bar on a terminal only, never in logs
+        return iter(tqdm(corpus.sentences(), desc="reading", unit=" sentences", leave=False,
+                         disable=not sys.stderr.isatty()))
+
+    result = train_tokenizer(sentences, args.out, args.vocab_size, do_lower_case=not args.cased,
+                             keep_accents=args.keep_accents, chinese=True if args.chinese else None,
+                             strict=args.strict, input_sentence_size=args.input_sentence_size,
+                             num_threads=args.threads, seed=args.seed)
+    print(format_corpus_stats(corpus.stats), file=sys.stderr)
+    mode = ", Chinese mode" if result.chinese else ""
+    print(f"wrote {Path(args.out) / MODEL_FILE} and {CONFIG_FILE}: {result.vocab_size:,} pieces "
+          f"({'cased' if args.cased else 'lower-cased'}, accents {'kept' if args.keep_accents else 'stripped'}"
+          f"{mode}) from {result.sentences:,} sentences in {result.seconds:.1f} s")
+    return 0
 
 
 # ---------------------------------------------------------------------------- fine-tuning and inference

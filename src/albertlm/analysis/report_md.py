@@ -55,7 +55,7 @@ def _header(r: dict) -> list[str]:
              f"(budget {s['budget_minutes']:g} min) on {env['cpus_usable']} CPU cores ({env['cpu_model']}), "
              f"torch {env['torch']}, albertlm {env['albertlm']}. Every number below comes from this run "
              "(`results.json` holds them all); the paper's numbers are quoted beside ours from "
-             "Lan et al., ICLR 2020 (docs PAPER.md).", ""]
+             "Lan et al., ICLR 2020.", ""]
     if quick:
         lines += ["> **Quick mode**: tiny budgets (a few training steps per model, short sequences) to check "
                   "that the whole pipeline runs. These numbers show the machinery works, *not* the paper's effects; "

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.vocab import IGNORE_INDEX
 
 UNTRAINED = ", untrained"
 """Suffix of the label of a reference curve measured on the same architecture at initialisation."""
@@ -105,7 +106,6 @@ def unmasked_heldout_batches(data_dir, batch_size: int = 32, max_examples: int |
     putting them back restores the text exactly.
     """
     from albertlm.data.loader import PretrainingDataset, collate
-    from albertlm.vocab import IGNORE_INDEX
 
     dataset = PretrainingDataset(data_dir, "heldout", seed=seed, shuffle=False)
     n = min(dataset.num_examples, max_examples or dataset.num_examples)

@@ -38,7 +38,7 @@ it currently holds (a list, or an accessor plus `num_documents`); a worker that 
 block of documents at a time therefore draws NSP negatives only from within its block. With blocks
 of thousands of documents this is indistinguishable in practice, but negatives never cross blocks.
 
-This module is numpy only: the data pipeline knows no network (STYLE.md, "imports").
+This module is numpy only: the data pipeline imports neither torch nor the model.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Union
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.vocab import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
+from albertlm.vocab import CLS_ID, SEP_ID
 
 OBJECTIVES = ("sop", "nsp", "none")
 

@@ -24,7 +24,7 @@ How spans are chosen, and why it differs from the official loop:
 Budget: min(max_predictions, max(1, round(masked_lm_prob * num_maskable))), where num_maskable
 excludes [CLS], [SEP] and padding (the official code counted [CLS]/[SEP] in the length).
 
-This module is numpy only: the data pipeline knows no network (STYLE.md, "imports").
+This module is numpy only: the data pipeline imports neither torch nor the model.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID, UNK_ID
+from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
 
 
 class MaskResult(NamedTuple):

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -287,13 +286,15 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
     With a curriculum, a second build of the same corpus at curriculum_seq_length goes to data-<length>/.
     """
     from albertlm.data.build import BuildSettings, build_dataset
+    from albertlm.data.corpus import Corpus
     from albertlm.tokenizer import train_tokenizer
 
     tok_dir, data_dir = run_dir / "tokenizer", run_dir / "data"
     if ctx.is_main:
         check_stages(recipe, run_dir)
         if not (tok_dir / "spiece.model").exists():
-            train_tokenizer(recipe.corpus, tok_dir, vocab_size=recipe.vocab_size, seed=recipe.build_seed, strict=False)
+            train_tokenizer(Corpus(recipe.corpus).sentences, tok_dir, vocab_size=recipe.vocab_size,
+                            seed=recipe.build_seed, strict=False)
             atomic_write_text(tok_dir / STAGE_FILE, json.dumps(_tokenizer_stage(recipe), indent=1))
         short_dir = curriculum_dir(run_dir, recipe)
         for directory, length in ((data_dir, recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):

@@ -1,0 +1,22 @@
+"""Tokenizers with ALBERT's ids: normalisation, the SentencePiece vocabulary, training, Chinese mode.
+
+- normalize.py: the official text normalisation, one normaliser for single texts and batches;
+- spiece.py: `Tokenizer`, the SentencePiece vocabulary (`spiece.model` + `tokenizer_config.json`);
+- training.py: `train_tokenizer`, from any iterable of sentences;
+- chinese.py: Chinese mode (one piece per CJK character, jieba word starts);
+- base.py: `Vocabulary`, what every kind of vocabulary offers the rest of albertlm.
+The special-token ids and the pair layout are albertlm.vocab's.
+"""
+
+from albertlm.tokenizer.base import Vocabulary
+from albertlm.tokenizer.chinese import looks_chinese, split_cjk
+from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
+from albertlm.tokenizer.spiece import CONFIG_FILE, CONFIG_VERSION, MODEL_FILE, Tokenizer
+from albertlm.tokenizer.training import DEFAULT_INPUT_SENTENCE_SIZE, TrainResult, train_tokenizer
+from albertlm.vocab import (CLS_ID, CLS_TOKEN, MASK_ID, MASK_TOKEN, PAD_ID, PAD_TOKEN, SEP_ID, SEP_TOKEN,
+                            SPECIAL_TOKENS, UNK_ID, UNK_TOKEN)
+
+__all__ = ["CLS_ID", "CLS_TOKEN", "CONFIG_FILE", "CONFIG_VERSION", "DEFAULT_INPUT_SENTENCE_SIZE", "MASK_ID",
+           "MASK_TOKEN", "MODEL_FILE", "PAD_ID", "PAD_TOKEN", "SEP_ID", "SEP_TOKEN", "SPECIAL_TOKENS", "TrainResult",
+           "Tokenizer", "UNK_ID", "UNK_TOKEN", "Vocabulary", "looks_chinese", "preprocess_batch", "preprocess_text",
+           "split_cjk", "train_tokenizer"]

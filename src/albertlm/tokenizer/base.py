@@ -1,0 +1,55 @@
+"""What every kind of vocabulary offers the rest of albertlm.
+
+The data build, fine-tuning, inference and the analyses use a vocabulary only through these
+members, so a second kind (a WordPiece `vocab.txt`, as the Chinese ALBERT releases use) can sit
+beside the SentencePiece one (`spiece.Tokenizer`) without their changing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Vocabulary(Protocol):
+    """A tokenizer with ALBERT's special-token ids (albertlm.vocab)."""
+
+    chinese: bool
+    """Chinese mode: one piece per CJK character, jieba word starts."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special tokens included."""
+
+    def encode(self, text: str) -> np.ndarray:
+        """int32 ids of one text, without [CLS] / [SEP]."""
+
+    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, bool word starts) of one text: what whole-word masking needs."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode` for many texts."""
+
+    def encode_batch_packed(self, texts: Sequence[str], *, word_starts: bool = True
+                            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(ids [T], word starts [T] or None, offsets [N+1]) of many texts, packed."""
+
+    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`: (input ids, token types)."""
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        """Text for ids."""
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Pieces for ids."""
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        """Ids for pieces (unknown ones: UNK_ID)."""
+
+    def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
+        """Write the vocabulary's files into a model directory."""

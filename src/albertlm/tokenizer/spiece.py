@@ -1,0 +1,323 @@
+"""The SentencePiece vocabulary: `spiece.model` with ALBERT's ids, loading, saving, encoding.
+
+The model is a SentencePiece unigram model trained with the official recipe
+(docs/design-notes.md, "Tokenizer"). Text is normalised as the official ALBERT code does
+(normalize.py) before SentencePiece sees it, so a trained directory (`spiece.model` plus
+`tokenizer_config.json`) gives the same ids through transformers'
+`AlbertTokenizer.from_pretrained(dir)` as through `Tokenizer.load(dir)` on English text. Like
+transformers, the five special-token strings are recognised when they appear literally in the
+text. Chinese mode: chinese.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from pathlib import Path
+
+import numpy as np
+
+from albertlm.errors import AlbertlmError
+from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
+from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
+from albertlm.utils import atomic_write_bytes, atomic_write_text
+from albertlm.vocab import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, pair_inputs
+
+MODEL_FILE = "spiece.model"
+CONFIG_FILE = "tokenizer_config.json"
+CONFIG_VERSION = 1
+_META = "\u2581"  # SentencePiece's word-boundary mark "▁"
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+_SPECIAL_IDS = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+
+
+def clean_sentencepiece_error(exc: BaseException) -> str:
+    """SentencePiece's message without its C++ file/line/assertion prefix."""
+    msg = " ".join(str(exc).split())
+    m = re.match(r"^\w+: \S+\(\d+\) \[(.*?)\]\s*(.*)$", msg)
+    return (m.group(2) or m.group(1)) if m else msg
+
+
+class Tokenizer:
+    """An ALBERT SentencePiece tokenizer plus its pre-processing options.
+
+    Args:
+        model_proto: the serialized SentencePiece model (the bytes of spiece.model).
+        do_lower_case, keep_accents: pre-processing (see `preprocess_text`).
+        chinese: Chinese mode (one piece per CJK character, jieba word starts).
+        num_threads: SentencePiece threads for batched encoding (-1: all cores).
+        parse_special_tokens: map literal "[MASK]", "<unk>", ... in the text to their ids, as
+            transformers does (the official ALBERT code does not).
+        source: where the model came from, for error messages.
+    """
+
+    def __init__(self, model_proto: bytes, *, do_lower_case: bool = True, keep_accents: bool = False,
+                 chinese: bool = False, num_threads: int = -1, parse_special_tokens: bool = True,
+                 source: str = "spiece.model"):
+        import sentencepiece as spm
+
+        self.do_lower_case, self.keep_accents, self.chinese = do_lower_case, keep_accents, chinese
+        self.num_threads, self.parse_special_tokens = num_threads, parse_special_tokens
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(self._proto)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not a SentencePiece model"
+            raise AlbertlmError(f"{source}: not a SentencePiece model "
+                                f"({clean_sentencepiece_error(exc)})") from None
+        n = self._sp.get_piece_size()
+        self._pieces = [self._sp.id_to_piece(i) for i in range(n)]
+        if tuple(self._pieces[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise AlbertlmError(f"{source}: ids 0-4 are {self._pieces[:5]}, not ALBERT's "
+                                f"{list(SPECIAL_TOKENS)}")
+        # A piece starts a word when it carries SentencePiece's "▁"; special tokens are words of
+        # their own; <unk> stands for characters inside a word (SentencePiece emits "▁" apart).
+        starts = np.array([p.startswith(_META) for p in self._pieces], dtype=bool)
+        starts[[PAD_ID, CLS_ID, SEP_ID, MASK_ID]] = True
+        starts[UNK_ID] = False
+        self._word_start = starts
+        self._meta_id = self._sp.piece_to_id(_META) if _META in self._pieces else -1
+        self._buffers = self._find_buffer_batch()
+
+    def _find_buffer_batch(self) -> Callable[[list[str], int], list[bytes]]:
+        """A batch encoder returning each text's ids as int32 bytes.
+
+        SentencePiece's public batch API builds a Python int per piece, a large share of the
+        encoding time; its C++ buffer method skips that. The method is private, so it is used
+        only after giving the same ids as the public API on a probe.
+        """
+        def public(texts: list[str], threads: int) -> list[bytes]:
+            return [np.asarray(a, np.int32).tobytes() for a in self._sp.encode(texts, num_threads=threads)]
+
+        raw = getattr(getattr(self._sp, "_processor", None), "_EncodeAsBufferBatch", None)
+        if raw is None:
+            return public
+
+        def fast(texts: list[str], threads: int) -> list[bytes]:
+            # (inputs, threads, thread_pool, sampling, nbest, alpha, add_bos, add_eos, reverse)
+            return [bytes(b) for b in raw(texts, threads, None, False, -1, 0.1, False, False, False)]
+        probe = ["hello world", "", "a b c 123"]
+        try:
+            return fast if fast(probe, 1) == public(probe, 1) else public
+        except Exception:  # noqa: BLE001 - a changed private signature: use the public API
+            return public
+
+    # ---- loading and saving
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
+        """Load a directory written by `train_tokenizer` / `save` (or a bare spiece.model file).
+
+        A directory without tokenizer_config.json gets ALBERT's defaults (lower-cased, accents
+        stripped, not Chinese), which fit Google's released spiece.model files. Keyword arguments
+        (num_threads, parse_special_tokens, ...) go to the constructor.
+        """
+        path = Path(path)
+        model_file, config_file = (path / MODEL_FILE, path / CONFIG_FILE) if path.is_dir() else (path, None)
+        if not model_file.is_file():
+            raise AlbertlmError(f"{path}: no {MODEL_FILE} (train one with `albertlm tokenizer train`)")
+        options = {"do_lower_case": True, "keep_accents": False, "chinese": False}
+        if config_file is not None and config_file.is_file():
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
+            if not isinstance(config, dict):
+                raise AlbertlmError(f"{config_file}: expected a JSON object")
+            ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
+            for key, value in (*((k, config.get(k)) for k in ("do_lower_case", "keep_accents")),
+                               ("chinese", ours.get("chinese"))):
+                if value is not None and not isinstance(value, bool):
+                    raise AlbertlmError(f"{config_file}: field {key!r} must be true or false, got {value!r}")
+                options[key] = options[key] if value is None else value
+        return cls(model_file.read_bytes(), source=str(model_file), **{**options, **kwargs})
+
+    def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
+        """Write spiece.model and tokenizer_config.json (each atomically) into `out_dir`.
+
+        The config carries the keys transformers reads (`tokenizer_class`, `do_lower_case`,
+        `keep_accents`), so `AlbertTokenizer.from_pretrained(out_dir)` and `AutoTokenizer` work;
+        our own fields live under "albertlm".
+        """
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise AlbertlmError(f"{out}: exists and is not a directory")
+        config = {
+            "tokenizer_class": "AlbertTokenizer", "do_lower_case": self.do_lower_case,
+            "keep_accents": self.keep_accents, "model_max_length": 512,
+            "albertlm": {"format_version": CONFIG_VERSION, "chinese": self.chinese,
+                         "vocab_size": self.vocab_size, **(extra or {})},
+        }
+        try:
+            atomic_write_bytes(out / MODEL_FILE, self._proto)
+            atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+        except OSError as exc:
+            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
+        return out
+
+    def __getstate__(self) -> dict:  # picklable for DataLoader workers
+        return {"model_proto": self._proto, "do_lower_case": self.do_lower_case,
+                "keep_accents": self.keep_accents, "chinese": self.chinese,
+                "num_threads": self.num_threads, "parse_special_tokens": self.parse_special_tokens}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state.pop("model_proto"), **state)
+
+    # ---- vocabulary
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special tokens included."""
+        return len(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    @property
+    def word_start_table(self) -> np.ndarray:
+        """bool [vocab_size]: whether a piece begins a word (outside Chinese mode)."""
+        return self._word_start
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Pieces for ids (e.g. [2, 15] -> ["[CLS]", "▁the"])."""
+        return [self._pieces[int(i)] for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        """Ids for pieces; unknown pieces map to UNK_ID."""
+        return [self._sp.piece_to_id(t) for t in tokens]
+
+    # ---- encoding
+    def _prepare(self, text: str) -> str:
+        return preprocess_text(text, do_lower_case=self.do_lower_case, keep_accents=self.keep_accents)
+
+    def _prepare_batch(self, texts: Sequence[str]) -> list[str]:
+        return preprocess_batch(texts, do_lower_case=self.do_lower_case, keep_accents=self.keep_accents)
+
+    def _encode_each(self, texts: Sequence[str], with_starts: bool) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """The general path: literal special tokens and Chinese mode, text by text."""
+        chunks: list[str] = []
+        layout: list = []  # per text: a chunk index, or a list of chunk indices / -1 - special id
+        for text in texts:
+            if self.parse_special_tokens and ("[" in text or "<" in text) and _SPECIAL_RE.search(text):
+                entry = []
+                for j, part in enumerate(_SPECIAL_RE.split(text)):  # text, special, text, ...
+                    if j % 2:
+                        entry.append(-1 - _SPECIAL_IDS[part])
+                    elif prepared := self._prepare(part):
+                        entry.append(len(chunks))
+                        chunks.append(prepared)
+                layout.append(entry)
+            else:
+                layout.append(len(chunks))
+                chunks.append(self._prepare(text))
+        if self.chinese:
+            spaced = [split_cjk(c) for c in chunks]
+            mapped = self._sp.encode(spaced, return_type="offset_mapping", num_threads=self.num_threads)
+            encoded = [chinese_pieces(chunk, spaced_chunk, enc, self._meta_id, with_starts)
+                       for chunk, spaced_chunk, enc in zip(chunks, spaced, mapped)]
+        else:
+            arrays = self._sp.encode(chunks, num_threads=self.num_threads)
+            encoded = [(ids := np.array(a, dtype=np.int32), self._word_start[ids] if with_starts else None)
+                       for a in arrays]
+        out = []
+        for entry in layout:
+            if isinstance(entry, int):
+                out.append(encoded[entry])
+                continue
+            ids, starts = [np.zeros(0, np.int32)], [np.zeros(0, bool)]
+            for item in entry:
+                if item >= 0:
+                    ids.append(encoded[item][0])
+                    starts.append(encoded[item][1])
+                else:  # a special token is a word of its own
+                    ids.append(np.array([-1 - item], dtype=np.int32))
+                    starts.append(np.ones(1, dtype=bool))
+            out.append((np.concatenate(ids), np.concatenate(starts) if with_starts else None))
+        return out
+
+    def encode_batch_packed(self, texts: Sequence[str], *, word_starts: bool = True
+                            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Encode many texts in one multi-threaded SentencePiece call; the data build's fast path.
+
+        Args:
+            texts: N raw texts.
+            word_starts: also return word starts (see `encode_with_word_starts`).
+        Returns:
+            (ids int32 [T], word_start bool [T] or None, offsets int64 [N+1]): text i's pieces
+            are ids[offsets[i]:offsets[i+1]].
+        """
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        big = "\x00".join(texts)
+        # (Substring tests behind a one-character memchr are far cheaper than a regex scan.)
+        specials = ("[" in big or "<" in big) and any(t in big for t in SPECIAL_TOKENS)
+        if self.chinese or (specials and self.parse_special_tokens):
+            parts = self._encode_each(texts, word_starts)
+            np.cumsum([len(ids) for ids, _ in parts], out=offsets[1:])
+            ids = np.concatenate([np.zeros(0, np.int32)] + [ids for ids, _ in parts])
+            starts = np.concatenate([np.zeros(0, bool)] + [s for _, s in parts]) if word_starts else None
+            return ids, starts, offsets
+        buffers = self._buffers(self._prepare_batch(texts), self.num_threads)  # int32 bytes
+        np.cumsum(np.fromiter(map(len, buffers), dtype=np.int64, count=len(buffers)) // 4, out=offsets[1:])
+        ids = np.frombuffer(b"".join(buffers), dtype=np.int32).copy()
+        return ids, (self._word_start[ids] if word_starts else None), offsets
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode` for many texts (one multi-threaded call); int32 arrays."""
+        ids, _, offsets = self.encode_batch_packed(texts, word_starts=False)
+        return np.split(ids, offsets[1:-1]) if len(texts) else []
+
+    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`encode_with_word_starts` for many texts (one multi-threaded call)."""
+        if not len(texts):
+            return []
+        ids, starts, offsets = self.encode_batch_packed(texts)
+        return list(zip(np.split(ids, offsets[1:-1]), np.split(starts, offsets[1:-1])))
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one text, without [CLS]/[SEP].
+
+        Returns:
+            int32 [num_pieces].
+        """
+        return self.encode_batch_packed([text], word_starts=False)[0]
+
+    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids plus which of them begin a word (for whole-word masking).
+
+        A word is a whitespace-delimited run (its first piece carries SentencePiece's "▁"); each
+        special token is a word of its own; in Chinese mode a word is a jieba word.
+
+        Returns:
+            (ids int32 [num_pieces], word_start bool [num_pieces]).
+        """
+        ids, starts, _ = self.encode_batch_packed([text])
+        return ids, starts
+
+    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
+
+        Returns:
+            (input_ids int32 [L], token_type_ids int32 [L]).
+        """
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b))
+        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        """Text for ids (of the pre-processed text: lower-cased etc. as the tokenizer saw it).
+
+        Args:
+            ids: token ids.
+            skip_special_tokens: drop <pad>/[CLS]/[SEP]/[MASK]; otherwise they appear as text.
+        """
+        ids = [int(i) for i in ids]
+        if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
+        parts: list[str] = []  # SentencePiece decodes control symbols to "": keep them apart
+        for special, run in groupby(ids, key=lambda i: i in (PAD_ID, CLS_ID, SEP_ID, MASK_ID)):
+            if not special:
+                parts.append(self._sp.decode(list(run)))
+            elif not skip_special_tokens:
+                parts.extend(SPECIAL_TOKENS[i] for i in run)
+        text = " ".join(p for p in parts if p)
+        return CJK_GAP_RE.sub("", text) if self.chinese else text
