@@ -98,16 +98,21 @@ def test_killed_run_resumes_bit_for_bit(prepared, tmp_path):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp-accumulate"])
 def test_two_processes_equal_one(prepared, tmp_path, strategy):
+    """Also with gradient accumulation under FSDP (micro-batches of 2: the gradient is reduced once per step)."""
+    accumulate = strategy.endswith("-accumulate")
+    strategy = strategy.removesuffix("-accumulate")
     _, corpus = prepared
     one = _run_dir(prepared, tmp_path / "one")
     pretrain(PretrainRecipe(**RECIPE, corpus=corpus), one, DistContext(), progress=False)
     _run_dir(prepared, tmp_path / "two")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29531 + (strategy == "fsdp")),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(29531 + (strategy == "fsdp") + 2 * accumulate),
            "-m", "albertlm.cli", "pretrain", *ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--name", "two",
-           "--no-progress", "--device", "cpu", "--data-parallel", strategy]
+           "--no-progress", "--device", "cpu", "--data-parallel", strategy,
+           *(["--micro-batch-size", "2"] if accumulate else [])]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     a, b = _losses(one), _losses(tmp_path / "two")

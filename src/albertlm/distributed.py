@@ -150,6 +150,12 @@ def wrap_data_parallel(model: nn.Module, ctx: DistContext, strategy: str = "ddp"
     if strategy == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
+        from albertlm.model import Encoder
+
+        for module in model.modules():  # each distinct block its own unit (a shared one once), then the root
+            if isinstance(module, Encoder):
+                for block in {id(b): b for b in [*module.attention, *module.ffn]}.values():
+                    fully_shard(block)
         fully_shard(model)
         return model
     if strategy != "ddp":

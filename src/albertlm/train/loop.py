@@ -121,7 +121,11 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches
     loss_total = 0.0
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
-        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        sync = contextlib.nullcontext()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter on the last micro-batch only
+            model.set_requires_gradient_sync(last)
+        elif not last and hasattr(model, "no_sync"):  # DDP: all-reduce on the last micro-batch only
+            sync = model.no_sync()
         with sync:
             with autocast(ctx.device, settings.precision):
                 loss, metrics = loss_fn(model, batch, totals)
