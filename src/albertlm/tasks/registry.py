@@ -17,6 +17,7 @@ defaults: lr 2e-5, batch 32, no ALBERT dropout, classifier dropout 0.1, 3 epochs
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ def _t14(lr: float, batch: int, dropout: float, steps: int, warmup: int, max_len
 # ---------------------------------------------------------------------------- families
 @dataclass(frozen=True)
 class Family:
-    """How one shape of task meets one head."""
+    """How one shape of task meets one head: everything that differs between the shapes lives here,
+    so callers never branch on the family's name and a new family touches this file only."""
 
     name: str
     head: str
@@ -67,14 +69,86 @@ class Family:
     maps each name of `outputs` to one array per feature."""
     write: Callable[[Path, Sequence, Sequence], None]
     """(path, examples, predictions): the task's usual prediction file."""
+    parse_line: Callable[[int, str, Any], Any]
+    """(index, raw input line, tokenizer) -> one example, for `albertlm predict`."""
+    render: Callable[..., list[str]]
+    """(spec, examples, features, outputs, labels, settings) -> one output line per example."""
+    label_names: Callable[[Sequence], list[str]] | None = None
+    """Training examples -> class or tag names in id order; None: the head has no label set (QA,
+    multiple choice)."""
     outputs: tuple[str, ...] = ("logits",)
     """Head output fields post-processing reads."""
     per_position: bool = False
     """Outputs have a sequence axis (trimmed to each feature's length)."""
-    count: str = "examples"
-    """What the loss is averaged over: examples, or labelled tokens."""
+    token_level: bool = False
+    """The loss is averaged over labelled tokens rather than examples."""
+    sets_problem_type: bool = False
+    """The head's config carries the task's problem_type (sequence classification)."""
     suffix: str = ".tsv"
     """Extension of the predictions file."""
+
+
+def _parse_json_line(index: int, line: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict) or any(k not in record for k in keys):
+        raise AlbertlmError(f"line {index + 1}: expected a JSON object with {', '.join(keys)}, got {line[:60]!r}")
+    return record
+
+
+def _cls_line(index: int, line: str, tokenizer) -> glue.TextExample:
+    return glue.TextExample(str(index), *(line.split("\t", 1) + [None])[:2])
+
+
+def _cls_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+    import numpy as np
+
+    if spec.problem_type == "single_label_classification":  # the label and its probability
+        logits = np.stack(outputs["logits"])
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return [f"{labels[j]}\t{p[j]:.4f}" for j, p in zip(probs.argmax(-1), probs)]
+    preds = _cls_predict(spec, examples, features, outputs, labels, settings)
+    return [",".join(p) if isinstance(p, list) else f"{p:.4f}" for p in preds]
+
+
+def _cls_labels(examples: Sequence) -> list[str]:
+    names = {n for e in examples for n in (e.label if isinstance(e.label, list) else [e.label])}
+    return sorted(n for n in names if n is not None)
+
+
+def _qa_line(index: int, line: str, tokenizer) -> squad.SquadExample:
+    if line.lstrip().startswith("{"):
+        record = _parse_json_line(index, line, ("question", "context"))
+        return squad.SquadExample(str(index), record["question"], record["context"])
+    if "\t" not in line:
+        raise AlbertlmError(f"line {index + 1}: expected question<TAB>context or JSON {{question, context}}")
+    question, context = line.split("\t", 1)
+    return squad.SquadExample(str(index), question, context)
+
+
+def _choice_line(index: int, line: str, tokenizer) -> multiple_choice.ChoiceExample:
+    record = _parse_json_line(index, line, ("question", "options"))
+    return multiple_choice.ChoiceExample(str(index), record.get("context", record.get("article", "")),
+                                         record["question"], list(record["options"]))
+
+
+def _choice_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+    preds = multiple_choice.choice_predictions(outputs["logits"])
+    return [f"{multiple_choice.LETTERS[p]}\t{e.options[p]}" for e, p in zip(examples, preds)]
+
+
+def _ner_line(index: int, line: str, tokenizer) -> ner.TokenExample:
+    from albertlm.tasks.common import split_words
+
+    return ner.TokenExample(str(index), [w for w, _ in split_words(line, tokenizer.chinese)] or ["."])
+
+
+def _ner_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+    preds = ner.ner_predictions(examples, features, outputs["logits"], labels)
+    return [" ".join(f"{w}/{t}" for w, t in zip(e.tokens, p)) for e, p in zip(examples, preds)]
 
 
 def _cls_features(spec, examples, tokenizer, labels, settings, train):
@@ -104,21 +178,32 @@ def _qa_predict(spec, examples, features, outputs, labels, settings):
 
 FAMILIES = {
     "classification": Family("classification", "AlbertForSequenceClassification", _cls_features, _cls_predict,
-                             glue.write_predictions),
+                             glue.write_predictions, _cls_line, _cls_render, label_names=_cls_labels,
+                             sets_problem_type=True),
     "qa": Family("qa", "AlbertForQuestionAnswering",
                  lambda spec, ex, tok, labels, settings, train: squad.squad_features(ex, tok, settings, train),
-                 _qa_predict, squad.write_predictions, outputs=("start_logits", "end_logits"),
-                 per_position=True, suffix=".json"),
+                 _qa_predict, squad.write_predictions, _qa_line,
+                 lambda spec, ex, f, out, labels, settings: list(_qa_predict(spec, ex, f, out, labels, settings)),
+                 outputs=("start_logits", "end_logits"), per_position=True, suffix=".json"),
     "multiple_choice": Family(
         "multiple_choice", "AlbertForMultipleChoice",
         lambda spec, ex, tok, labels, settings, train: multiple_choice.choice_features(ex, tok, settings),
         lambda spec, ex, f, out, labels, settings: multiple_choice.choice_predictions(out["logits"]),
-        multiple_choice.write_predictions, suffix=".json"),
+        multiple_choice.write_predictions, _choice_line, _choice_render, suffix=".json"),
     "ner": Family("ner", "AlbertForTokenClassification",
                   lambda spec, ex, tok, labels, settings, train: ner.ner_features(ex, tok, labels, settings),
                   lambda spec, ex, f, out, labels, settings: ner.ner_predictions(ex, f, out["logits"], labels),
-                  ner.write_predictions, per_position=True, count="tokens", suffix=".txt"),
+                  ner.write_predictions, _ner_line, _ner_render, label_names=ner.tag_list, per_position=True,
+                  token_level=True, suffix=".txt"),
 }
+
+
+def family_of_head(head: str) -> Family:
+    """The family whose head class is `head` (a fine-tuned directory's architecture)."""
+    for family in FAMILIES.values():
+        if family.head == head:
+            return family
+    raise AlbertlmError(f"no task family uses the head {head}")
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -203,6 +288,15 @@ class TaskSpec:
     version2: bool = False
     """QA: unanswerable questions exist (SQuAD 2.0)."""
 
+    @classmethod
+    def for_prediction(cls, family: Family, problem_type: str) -> TaskSpec:
+        """A spec for predicting from raw lines with a fine-tuned head: no files, no metric."""
+        def no_reader(path, split, strict):
+            raise AlbertlmError("a prediction spec reads no data files")
+
+        return cls("predict", family, "predictions from raw input lines", {}, no_reader, lambda ex, preds: {}, "",
+                   problem_type=problem_type)
+
     def read(self, data_dir: str | Path, split: str, strict: bool = False) -> list:
         """The examples of one split ("train", "dev" or "test"); `data_dir` may also be the file itself."""
         if split not in self.files:
@@ -211,7 +305,7 @@ class TaskSpec:
 
     def label_list(self, data_dir: str | Path | None, train_examples: Sequence | None) -> list[str] | None:
         """Class or tag names in id order (None for regression and for QA / multiple choice)."""
-        if self.problem_type == "regression" or self.family.name in ("qa", "multiple_choice"):
+        if self.problem_type == "regression" or self.family.label_names is None:
             return None
         if self.labels is not None:
             return list(self.labels)
@@ -219,10 +313,7 @@ class TaskSpec:
             return glue.read_tnews_labels(Path(data_dir) / self.labels_file)
         if not train_examples:
             raise AlbertlmError(f"task {self.name}: the label set comes from the training data; none given")
-        if self.family.name == "ner":
-            return ner.tag_list(train_examples)
-        names = {n for e in train_examples for n in (e.label if isinstance(e.label, list) else [e.label])}
-        return sorted(n for n in names if n is not None)
+        return self.family.label_names(train_examples)
 
 
 _SPLITS = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}

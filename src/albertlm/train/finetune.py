@@ -160,7 +160,7 @@ def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, re
     config.json also records the task (`finetuning_task`, a transformers field) and the feature
     settings (`albertlm_features`), so `albertlm evaluate` / `predict` rebuild the same inputs.
     """
-    classification = spec.family.name == "classification"
+    classification = spec.family.sets_problem_type
     regression = spec.problem_type == "regression" and classification
     num_labels = 1 if regression else len(labels) if labels else 2
     extra = {**base.extra, "finetuning_task": spec.name,
@@ -300,7 +300,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
     step_settings = StepSettings(precision=r.precision, clip_norm=r.clip_norm)
     ctx = DistContext(device=device)
-    tokens = spec.family.count == "tokens"
+    tokens = spec.family.token_level
 
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float((batch["labels"] != IGNORE_INDEX).sum()) if tokens else float(len(batch["input_ids"]))}

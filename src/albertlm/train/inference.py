@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from albertlm.config import AlbertConfig
-from albertlm.errors import AlbertlmError
 from albertlm.distributed import resolve_device
+from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
-from albertlm.tasks.common import Feature, FeatureSettings, split_words
+from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import load_tokenizer, run_features, score
 
@@ -127,7 +127,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     arch = type(model).__name__
     if spec.family.head != arch:
         raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
-    labels = _labels(config) if spec.family.name in ("classification", "ner") else None
+    labels = _labels(config) if spec.family.label_names is not None else None
     if labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)) and spec.labels:
         labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
     examples = spec.read(data_dir, split, strict)
@@ -158,16 +158,6 @@ def check_writable(path: Path, flag: str) -> None:
         raise AlbertlmError(f"{flag} {path}: not writable")
 
 
-def _parse_json_line(line: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        raise AlbertlmError(f"expected a JSON object with {', '.join(keys)}, got {line[:60]!r}") from None
-    if not isinstance(record, dict) or any(k not in record for k in keys):
-        raise AlbertlmError(f"expected a JSON object with {', '.join(keys)}, got {line[:60]!r}")
-    return record
-
-
 def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
                   batch_size: int = 64, prepack: bool = False) -> list[str]:
     """Predictions of a fine-tuned model for raw input lines, one output line per input line.
@@ -194,57 +184,20 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
 
 def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | torch.device, batch_size: int,
                       prepack: bool) -> list[str]:
-    from albertlm.tasks import glue, multiple_choice, ner, squad
-    from albertlm.tasks.registry import FAMILIES, TaskSpec
+    from albertlm.tasks.registry import TaskSpec, family_of_head
 
     model, config, tokenizer = load_finetuned(model_dir, device)
-    arch = type(model).__name__
+    family = family_of_head(type(model).__name__)
     if prepack:  # CPU, fp32: oneDNN-packed weights (see prepack_for_cpu)
         model = prepack_for_cpu(model)
-    family = next(f for f in FAMILIES.values() if f.head == arch)
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
-    spec = TaskSpec("predict", family, "", {}, lambda *a: [], lambda *a: {}, "", problem_type=problem)
+    spec = TaskSpec.for_prediction(family, problem)
     settings = _settings(config, chinese=tokenizer.chinese)
     labels = _labels(config)
-    if family.name == "classification":
-        examples = [glue.TextExample(str(i), *(line.split("\t", 1) + [None])[:2]) for i, line in enumerate(lines)]
-    elif family.name == "ner":
-        examples = [ner.TokenExample(str(i), [w for w, _ in split_words(line, tokenizer.chinese)] or ["."])
-                    for i, line in enumerate(lines)]
-    elif family.name == "qa":
-        examples = []
-        for i, line in enumerate(lines):
-            if line.lstrip().startswith("{"):
-                rec = _parse_json_line(line, ("question", "context"))
-                q, c = rec["question"], rec["context"]
-            elif "\t" in line:
-                q, c = line.split("\t", 1)
-            else:
-                raise AlbertlmError(f"line {i + 1}: expected question<TAB>context or JSON {{question, context}}")
-            examples.append(squad.SquadExample(str(i), q, c))
-    else:
-        examples = []
-        for i, line in enumerate(lines):
-            rec = _parse_json_line(line, ("question", "options"))
-            examples.append(multiple_choice.ChoiceExample(str(i), rec.get("context", rec.get("article", "")),
-                                                          rec["question"], list(rec["options"])))
-    if not examples:
-        return []
+    examples = [family.parse_line(i, line, tokenizer) for i, line in enumerate(lines)]
     features: list[Feature] = family.featurize(spec, examples, tokenizer, labels, settings, False)
     outputs = run_features(model, spec, features, batch_size, next(model.parameters()).device)
-    if family.name == "classification" and spec.problem_type == "single_label_classification":
-        logits = np.stack(outputs["logits"])
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
-        return [f"{labels[j]}\t{p[j]:.4f}" for j, p in zip(probs.argmax(-1), probs)]
-    preds = family.predict(spec, examples, features, outputs, labels, settings)
-    if family.name == "classification":
-        return [",".join(p) if isinstance(p, list) else f"{p:.4f}" for p in preds]
-    if family.name == "ner":
-        return [" ".join(f"{w}/{t}" for w, t in zip(e.tokens, p)) for e, p in zip(examples, preds)]
-    if family.name == "qa":
-        return list(preds)
-    return [f"{multiple_choice.LETTERS[p]}\t{e.options[p]}" for e, p in zip(examples, preds)]
+    return family.render(spec, examples, features, outputs, labels, settings)
 
 
 MASKED_LM_ARCHITECTURES = ("AlbertForPreTraining", "AlbertForMaskedLM")
