@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.checkpoint import assert_finite_weights
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
@@ -35,7 +34,7 @@ from albertlm.heads import HEADS
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.loop import StepSettings, train_step
+from albertlm.train.loop import Cadence, StepSettings, run_steps
 from albertlm.train.metrics import MetricsLogger
 from albertlm.utils import check_field_types
 from albertlm.vocab import IGNORE_INDEX
@@ -322,40 +321,42 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
         bar = tqdm(total=r.steps, desc=f"finetune {spec.name}", unit="step", dynamic_ncols=True)
     best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
     last: dict[str, float] = {}
-    bad_evals, step, start = 0, 0, time.perf_counter()
-    order = np.zeros(0, dtype=np.int64)
-    while step < r.steps:
-        while len(order) < r.batch_size:  # a fresh shuffle per epoch, the remainder carried over
-            order = np.concatenate([order, rng.permutation(len(train_f))])
-        idx, order = order[:r.batch_size], order[r.batch_size:]
-        micro = [to_device(pad_batch([train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
-                 for k in range(0, len(idx), r.micro_batch_size)]
-        lr = lr_at(step, r.lr, r.warmup_steps, r.steps)
-        m = train_step(model, optimizer, micro, lr=lr, loss_fn=loss_fn, count_fn=count, ctx=ctx, settings=step_settings)
-        step += 1
+    state = {"bad_evals": 0, "order": np.zeros(0, dtype=np.int64)}
+    start = time.perf_counter()
+
+    def batches(index: int) -> list[dict[str, torch.Tensor]]:
+        while len(state["order"]) < r.batch_size:  # a fresh shuffle per epoch, the remainder carried over
+            state["order"] = np.concatenate([state["order"], rng.permutation(len(train_f))])
+        idx, state["order"] = state["order"][:r.batch_size], state["order"][r.batch_size:]
+        return [to_device(pad_batch([train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
+                for k in range(0, len(idx), r.micro_batch_size)]
+
+    def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str]:
         train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
-        if step % r.log_every == 0 or step == r.steps:
-            logger.log(step, "train", {"loss": train_loss, "lr": lr, "grad_norm": m["grad_norm"],
+        if logged:
+            logger.log(done, "train", {"loss": train_loss, "lr": lr, "grad_norm": m["grad_norm"],
                                        "skipped": m["skipped"]})
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{train_loss:.4f}", best=f"{best['value']:.4f}" if best["value"] is not None else "-")
-        if step % r.eval_every == 0 or step == r.steps:
-            assert_finite_weights(model, step)  # a diverged model is never scored or saved as the result
-            last, predictions = score(model, spec, dev_ex, dev_f, labels, settings, r.eval_batch_size, device)
-            logger.log(step, "eval", last)
-            value = last.get(spec.main_metric, float("nan"))
-            value = -math.inf if math.isnan(value) else value
-            if best["value"] is None or value > best["value"]:
-                best = {"value": value, "step": step, "metrics": last}
-                bad_evals = 0
-                model.save_pretrained(out_dir)
-                tokenizer.save(out_dir)
-                spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", dev_ex, predictions)
-            else:
-                bad_evals += 1
-                if r.patience and bad_evals >= r.patience:
-                    break
+        return {"loss": f"{train_loss:.4f}", "best": f"{best['value']:.4f}" if best["value"] is not None else "-"}
+
+    def on_eval(done: int) -> bool:
+        nonlocal best, last
+        last, predictions = score(model, spec, dev_ex, dev_f, labels, settings, r.eval_batch_size, device)
+        logger.log(done, "eval", last)
+        value = last.get(spec.main_metric, float("nan"))
+        value = -math.inf if math.isnan(value) else value
+        if best["value"] is None or value > best["value"]:
+            best = {"value": value, "step": done, "metrics": last}
+            state["bad_evals"] = 0
+            model.save_pretrained(out_dir)
+            tokenizer.save(out_dir)
+            spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", dev_ex, predictions)
+            return False
+        state["bad_evals"] += 1
+        return bool(r.patience and state["bad_evals"] >= r.patience)
+
+    step = run_steps(model, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
+                     batches=batches, lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
+                     count_fn=count, ctx=ctx, settings=step_settings, on_log=on_log, on_eval=on_eval, bar=bar)
     if bar is not None:
         bar.close()
     logger.close()

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from albertlm.checkpoint import assert_finite_weights
 from albertlm.distributed import DistContext, all_reduce_sum
 from albertlm.errors import AlbertlmError
 
@@ -172,3 +173,69 @@ def _reduce_metrics(sums: dict[str, float], ctx: DistContext) -> dict[str, float
     keys = sorted(sums)
     vals = all_reduce_sum(torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=ctx.device), ctx)
     return dict(zip(keys, vals.tolist()))
+
+
+# ---------------------------------------------------------------------------- the outer loop
+@dataclass(frozen=True)
+class Cadence:
+    """How often a run logs, evaluates and checkpoints (every N steps, and always at the last)."""
+
+    steps: int
+    log_every: int
+    eval_every: int
+    checkpoint_every: int | None = None
+    """None: the recipe keeps no checkpoints (fine-tuning keeps its best model instead)."""
+
+    def due(self, step: int, every: int | None) -> bool:
+        return every is not None and (step % every == 0 or step == self.steps)
+
+
+def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int, cadence: Cadence,
+              batches: Callable[[int], Sequence[Batch]], lr: Callable[[int], float], loss_fn: LossFn,
+              count_fn: CountFn, ctx: DistContext, settings: StepSettings,
+              on_log: Callable[[int, dict[str, Any], float, bool], dict[str, str] | None],
+              on_eval: Callable[[int], bool] | None = None, on_checkpoint: Callable[[int], None] | None = None,
+              scaler: torch.amp.GradScaler | None = None, bar=None, stop_after: int | None = None) -> int:
+    """The outer training loop every recipe shares.
+
+    For each step from `start` to `cadence.steps`: take the step's micro-batches, train
+    (`train_step`), report, then evaluate and checkpoint when their cadence says so. Weights are
+    checked for NaN or infinity before any evaluation or checkpoint (`assert_finite_weights`).
+
+    Args:
+        batches: step index (0-based, the step about to be taken) -> that step's micro-batches on
+            ctx.device.
+        lr: step index -> learning rate.
+        on_log: (steps done, train_step's metrics, lr, whether this step is a logging step) -> the
+            progress bar's postfix or None; called after EVERY step on every rank (so it may run
+            collectives, e.g. counting tokens).
+        on_eval: steps done -> True to stop early (fine-tuning's patience).
+        on_checkpoint: steps done -> None; runs on every rank (gathering state is collective).
+        bar: a tqdm bar (main rank) or None.
+        stop_after: stop after this many steps in this call, without the final step's work; tests
+            use it to simulate an interrupted run.
+    Returns:
+        The number of steps done.
+    """
+    step, done = start, 0
+    while step < cadence.steps:
+        current_lr = lr(step)
+        m = train_step(model, optimizer, batches(step), lr=current_lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
+                       settings=settings, scaler=scaler)
+        step += 1
+        done += 1
+        postfix = on_log(step, m, current_lr, cadence.due(step, cadence.log_every))
+        if bar is not None:
+            if postfix:
+                bar.set_postfix(**postfix)
+            bar.update(1)
+        evaluate, save = on_eval is not None and cadence.due(step, cadence.eval_every), (
+            on_checkpoint is not None and cadence.due(step, cadence.checkpoint_every))
+        if evaluate or save:
+            assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
+        stop = on_eval(step) if evaluate else False
+        if save:
+            on_checkpoint(step)
+        if stop or (stop_after is not None and done >= stop_after and step < cadence.steps):
+            break
+    return step

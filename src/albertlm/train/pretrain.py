@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from albertlm.checkpoint import (assert_finite_weights, load_checkpoint, read_optimizer_state,
+from albertlm.checkpoint import (load_checkpoint, read_optimizer_state,
                                  remove_stale_temporaries, resume_checkpoint, save_checkpoint, unwrap)
 from albertlm.config import get_preset
 from albertlm.data.loader import PretrainingDataset, collate
@@ -31,7 +31,7 @@ from albertlm.errors import AlbertlmError
 from albertlm.model import AlbertForPreTraining
 from albertlm.optim import build_optimizer, lr_at, scaled_lr
 from albertlm.rundir import RunLock, claim_run_dir, clear_run
-from albertlm.train.loop import StepSettings, make_scaler, resolve_precision, train_step
+from albertlm.train.loop import Cadence, StepSettings, make_scaler, resolve_precision, run_steps
 from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
 from albertlm.utils import atomic_write_text, check_field_types, crash_point
@@ -433,63 +433,66 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     short_it = iter(short_data) if short_data is not None else None
     model.train()
     start = time.perf_counter()
-    window_tokens, window_start = 0, time.perf_counter()
+    tally = {"tokens_seen": tokens_seen, "window_tokens": 0, "window_start": time.perf_counter(), "step_tokens": 0}
     eval_metrics: dict[str, float] = {}
-    done_here = 0
-    while step < recipe.steps:
-        if short_it is not None and step < recipe.curriculum_steps:  # the short-example phase
-            batches = [collate([next(short_it) for _ in range(short_micro)]) for _ in range(accum)]
+
+    def batches(index: int) -> list[dict[str, torch.Tensor]]:
+        if short_it is not None and index < recipe.curriculum_steps:  # the short-example phase
+            micro_batches = [collate([next(short_it) for _ in range(short_micro)]) for _ in range(accum)]
         else:
-            batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
-        step_tokens = sum(int(b["attention_mask"].sum()) for b in batches)
-        batches = [{k: v.to(ctx.device) for k, v in b.items()} for b in batches]
-        lr = lr_at(step, recipe.peak_lr, recipe.warmup_steps, recipe.steps)
-        m = train_step(model, optimizer, batches, lr=lr, loss_fn=_loss, count_fn=_counts, ctx=ctx,
-                       settings=settings, scaler=scaler)
-        step += 1
-        done_here += 1
-        step_tokens = int(all_reduce_sum(torch.tensor([step_tokens], device=ctx.device), ctx)[0])
-        tokens_seen += step_tokens
-        window_tokens += step_tokens
+            micro_batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
+        tally["step_tokens"] = sum(int(b["attention_mask"].sum()) for b in micro_batches)
+        return [{k: v.to(ctx.device) for k, v in b.items()} for b in micro_batches]
+
+    def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str] | None:
+        step_tokens = int(all_reduce_sum(torch.tensor([tally["step_tokens"]], device=ctx.device), ctx)[0])
+        tally["tokens_seen"] += step_tokens
+        tally["window_tokens"] += step_tokens
         if m["skipped"] and ctx.is_main:
-            print(f"step {step}: non-finite loss or gradient; the step was skipped", flush=True)
-        if step % recipe.log_every == 0 or step == recipe.steps:
-            now = time.perf_counter()
-            tps = window_tokens / max(now - window_start, 1e-9)
-            window_tokens, window_start = 0, now
-            train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
-                     "sop_loss": m["sop_loss_sum"] / m["n_examples"], "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
-                     "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
-                     "tokens_per_s": tps, "tokens_seen": tokens_seen, "skipped": m["skipped"]}
-            logger.log(step, "train", train)
-            if bar is not None:
-                bar.set_postfix(loss=f"{m['loss']:.3f}", mask_acc=f"{train['mlm_mask_accuracy']:.3f}", tok_s=f"{tps:,.0f}")
-        if bar is not None:
-            bar.update(1)
-        final = step == recipe.steps
-        if step % recipe.eval_every == 0 or step % recipe.checkpoint_every == 0 or final:
-            assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
-        if step % recipe.eval_every == 0 or final:
-            eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
-            logger.log(step, "eval", eval_metrics)
-            if not math.isfinite(eval_metrics.get("mlm_all_loss", 0.0)):
-                raise AlbertlmError(f"step {step}: the held-out loss is not finite (the model diverged); nothing "
-                                    "from this step on was saved as a result; lower the learning rate")
-        if step % recipe.checkpoint_every == 0 or final:
-            model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
-            data_state = _gather_cursors(train_data, ctx)
-            rng_states = _gather_rng(ctx)
-            short_state = _gather_cursors(short_data, ctx) if short_data is not None else None
-            if ctx.is_main:
-                state = {"data": data_state, "tokens_seen": tokens_seen,
-                         **({"data_curriculum": short_state} if short_data is not None else {}),
-                         "elapsed": elapsed_before + time.perf_counter() - start}
-                save_checkpoint(run_dir, step, model, optimizer, state, keep_last=recipe.keep_last,
-                                metric=eval_metrics.get("mlm_mask_accuracy") if step % recipe.eval_every == 0 or final else None,
-                                model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
-            barrier(ctx)
-        if stop_after is not None and done_here >= stop_after and not final:
-            break
+            print(f"step {done}: non-finite loss or gradient; the step was skipped", flush=True)
+        if not logged:
+            return None
+        now = time.perf_counter()
+        tps = tally["window_tokens"] / max(now - tally["window_start"], 1e-9)
+        tally["window_tokens"], tally["window_start"] = 0, now
+        train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
+                 "sop_loss": m["sop_loss_sum"] / m["n_examples"],
+                 "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
+                 "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
+                 "tokens_per_s": tps, "tokens_seen": tally["tokens_seen"], "skipped": m["skipped"]}
+        logger.log(done, "train", train)
+        return {"loss": f"{m['loss']:.3f}", "mask_acc": f"{train['mlm_mask_accuracy']:.3f}", "tok_s": f"{tps:,.0f}"}
+
+    def on_eval(done: int) -> bool:
+        eval_metrics.clear()
+        eval_metrics.update(evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines))
+        logger.log(done, "eval", eval_metrics)
+        if not math.isfinite(eval_metrics.get("mlm_all_loss", 0.0)):
+            raise AlbertlmError(f"step {done}: the held-out loss is not finite (the model diverged); nothing "
+                                "from this step on was saved as a result; lower the learning rate")
+        return False
+
+    def on_checkpoint(done: int) -> None:
+        model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
+        data_state = _gather_cursors(train_data, ctx)
+        rng_states = _gather_rng(ctx)
+        short_state = _gather_cursors(short_data, ctx) if short_data is not None else None
+        if ctx.is_main:
+            state = {"data": data_state, "tokens_seen": tally["tokens_seen"],
+                     **({"data_curriculum": short_state} if short_data is not None else {}),
+                     "elapsed": elapsed_before + time.perf_counter() - start}
+            scored = cadence.due(done, recipe.eval_every)
+            save_checkpoint(run_dir, done, model, optimizer, state, keep_last=recipe.keep_last,
+                            metric=eval_metrics.get("mlm_mask_accuracy") if scored else None,
+                            model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
+        barrier(ctx)
+
+    cadence = Cadence(recipe.steps, recipe.log_every, recipe.eval_every, recipe.checkpoint_every)
+    step = run_steps(model, optimizer, start=step, cadence=cadence, batches=batches,
+                     lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
+                     loss_fn=_loss, count_fn=_counts, ctx=ctx, settings=settings, scaler=scaler,
+                     on_log=on_log, on_eval=on_eval, on_checkpoint=on_checkpoint, bar=bar, stop_after=stop_after)
+    tokens_seen = tally["tokens_seen"]
     if bar is not None:
         bar.close()
     if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
