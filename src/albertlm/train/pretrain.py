@@ -352,8 +352,8 @@ def pretrain(recipe: PretrainRecipe, run_dir: str | Path, ctx: DistContext | Non
             return _pretrain(recipe, run_dir, ctx, resume, progress, stop_after)
 
 
-def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: bool, progress: bool,
-              stop_after: int | None) -> dict[str, Any]:
+def _record_recipe(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: bool) -> None:
+    """Refuse to resume under other settings (saved vs new values and the fix); else write recipe.json."""
     recipe_path = run_dir / "recipe.json"
     if resume and recipe_path.exists():
         saved, now = _read_json(recipe_path), dataclasses.asdict(recipe)
@@ -364,33 +364,48 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
                                 "pass --restart to start over with the new settings, or choose another --name")
     elif ctx.is_main:
         atomic_write_text(recipe_path, json.dumps(dataclasses.asdict(recipe), indent=2))
-    tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
 
+
+def _datasets(recipe: PretrainRecipe, run_dir: Path, data_dir: Path, ctx: DistContext
+              ) -> tuple[PretrainingDataset, PretrainingDataset | None, PretrainingDataset]:
+    """(this rank's training split, its curriculum split or None, the held-out split)."""
     def training_split(directory: Path) -> PretrainingDataset:
         return PretrainingDataset(directory, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
                                   max_predictions=recipe.max_predictions, masked_lm_prob=recipe.masked_lm_prob,
                                   max_ngram=recipe.max_ngram)
 
-    train_data = training_split(data_dir)
     short_dir = curriculum_dir(run_dir, recipe)
-    short_data = training_split(short_dir) if short_dir is not None else None
     heldout = PretrainingDataset(data_dir, "heldout", seed=recipe.seed, shuffle=False,
                                  max_predictions=recipe.max_predictions, masked_lm_prob=HELDOUT_MASKED_LM_PROB)
-    baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size)
-    overrides: dict[str, Any] = {"vocab_size": train_data.vocab_size,
-                                 "max_position_embeddings": max(recipe.max_seq_length, 512)}
+    return training_split(data_dir), training_split(short_dir) if short_dir is not None else None, heldout
+
+
+def _build_model(recipe: PretrainRecipe, vocab_size: int, ctx: DistContext) -> AlbertForPreTraining:
+    """The recipe's model, initialised from its seed (the same weights on every rank); then each
+    rank's own dropout stream."""
+    overrides: dict[str, Any] = {"vocab_size": vocab_size, "max_position_embeddings": max(recipe.max_seq_length, 512)}
     if recipe.sharing:
         overrides["sharing"] = recipe.sharing
     if recipe.embedding_size:
         overrides["embedding_size"] = recipe.embedding_size
     if recipe.dropout is not None:
         overrides.update(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
-    config = get_preset(recipe.preset, **overrides)
     torch.manual_seed(recipe.seed)
-    model = AlbertForPreTraining(config)
+    model = AlbertForPreTraining(get_preset(recipe.preset, **overrides))
     model.init_embeddings(recipe.position_init, recipe.token_type_init, recipe.projection_init)
-    if ctx.distributed:  # the same weights everywhere, then a dropout stream of each rank's own
+    if ctx.distributed:
         torch.manual_seed(recipe.seed * 1_000_003 + ctx.rank + 1)
+    return model
+
+
+def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: bool, progress: bool,
+              stop_after: int | None) -> dict[str, Any]:
+    """pretrain()'s body, once the run directory is locked: prepare, restore, train, export."""
+    _record_recipe(recipe, run_dir, ctx, resume)
+    tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
+    train_data, short_data, heldout = _datasets(recipe, run_dir, data_dir, ctx)
+    baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size)
+    model = _build_model(recipe, train_data.vocab_size, ctx)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     ckpt = resume_checkpoint(run_dir, notice=_notice(ctx)) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
@@ -414,6 +429,35 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     precision = resolve_precision(recipe.precision, ctx.device)
     settings = StepSettings(precision=precision, clip_norm=recipe.clip_norm, on_nonfinite=recipe.on_nonfinite)
     scaler = make_scaler(settings, ctx.device)
+    step, tokens_seen, eval_metrics, start = _train_steps(
+        recipe, run_dir, ctx, model, optimizer, settings, scaler, (train_data, short_data, heldout), baselines,
+        step, tokens_seen, elapsed_before, progress, stop_after)
+    if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
+        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
+    wall = elapsed_before + time.perf_counter() - start
+    summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
+               "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
+               "eval": eval_metrics, "run_dir": str(run_dir)}
+    final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
+    if step == recipe.steps and ctx.is_main:
+        final_dir = run_dir / "model"
+        unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
+        crash_point("model:saved")
+        for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
+            if f.is_file():
+                shutil.copy2(f, final_dir / f.name)
+        summary["model_dir"] = str(final_dir)
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, settings: StepSettings, scaler, datasets: tuple, baselines,
+                 step: int, tokens_seen: int, elapsed_before: float, progress: bool, stop_after: int | None
+                 ) -> tuple[int, int, dict[str, float], float]:
+    """Train from `step` to the recipe's end (or `stop_after` steps) with logging, held-out evaluation
+    and checkpoints. Returns (steps done, tokens seen, the last held-out metrics, the start time)."""
+    train_data, short_data, heldout = datasets
     micro, accum = recipe.per_device_batch(ctx.world_size)
     short_micro = recipe.per_device_batch(ctx.world_size, curriculum=True)[0]
 
@@ -422,7 +466,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
                                comm_bytes if ctx.distributed else 0, "world_size": ctx.world_size,
                                "micro_batch": micro, "accumulation": accum, "peak_lr": recipe.peak_lr,
-                               "precision": precision})
+                               "precision": settings.precision})
     bar = None
     if progress and ctx.is_main:
         from tqdm.auto import tqdm
@@ -492,27 +536,10 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
                      loss_fn=_loss, count_fn=_counts, ctx=ctx, settings=settings, scaler=scaler,
                      on_log=on_log, on_eval=on_eval, on_checkpoint=on_checkpoint, bar=bar, stop_after=stop_after)
-    tokens_seen = tally["tokens_seen"]
     if bar is not None:
         bar.close()
-    if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
-        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
-    wall = elapsed_before + time.perf_counter() - start
-    summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
-               "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
-               "eval": eval_metrics, "run_dir": str(run_dir)}
-    final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
-    if step == recipe.steps and ctx.is_main:
-        final_dir = run_dir / "model"
-        unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
-        crash_point("model:saved")
-        for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
-            if f.is_file():
-                shutil.copy2(f, final_dir / f.name)
-        summary["model_dir"] = str(final_dir)
-        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     logger.close()
-    return summary
+    return step, tally["tokens_seen"], eval_metrics, start
 
 
 def _notice(ctx: DistContext):
