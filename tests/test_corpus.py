@@ -11,8 +11,9 @@ import pytest
 
 from albertlm.data import corpus as corpus_mod
 from albertlm.data.corpus import (
-    Corpus, CorpusStats, format_corpus_stats, infer_format, is_heldout, parse_corpus_spec, split_sentences,
+    Corpus, CorpusStats, format_corpus_stats, infer_format, is_heldout, parse_corpus_spec,
 )
+from albertlm.data.sentences import split_sentences
 from albertlm.errors import AlbertlmError
 
 OFFICIAL = "First sentence of doc one.\nSecond sentence.\n\n\nDoc two only line.\n"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from albertlm.tasks import metrics as m
+from albertlm.tasks import qa_metrics
 
 
 def test_accuracy_and_f1():
@@ -186,7 +187,7 @@ def test_cmrc_keeps_a_single_ellipsis():
 
 
 def test_cmrc_segments_like_treebank():
-    seg = m._mixed_segments
+    seg = qa_metrics._mixed_segments
     # CJK characters alone; between them, Treebank words: numbers keep , and . ; clitics split off;
     # quotes become `` and ''; dropped punctuation does not end a word ("a-b" -> "ab")
     assert seg("《红楼梦》1,000 it's 3.5亿 \"abc\" u.s. a-b…") == \
