@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from albertlm.errors import AlbertlmError
+from albertlm.options import add_dataclass_options, dataclass_from_args
 
 # name -> (help, add_arguments(parser), run(args) -> exit code)
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
@@ -30,102 +31,6 @@ def _params_run(args: argparse.Namespace) -> int:
     return params_command(as_json=args.json, batch_tokens=args.batch_tokens)
 
 
-# ---------------------------------------------------------------------------- dataclass options
-def _field_docs(cls) -> dict[str, str]:
-    """The docstring under each field of a dataclass (so the help text is the docstring)."""
-    import ast
-    import inspect
-    import textwrap
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-            docs[node.target.id] = nxt.value.value
-    return docs
-
-
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
-def _optional(parse):
-    """A parser that also takes `none` (for fields whose None means "off" or "automatic")."""
-    def parse_optional(text: str):
-        return None if text.lower() == "none" else parse(text)
-    parse_optional.__name__ = parse.__name__
-    return parse_optional
-
-
-def flag_spec(hint) -> dict:
-    """argparse keywords for a field's type hint: int, float (finite), str, bool, Literal (choices),
-    each optionally `| None` (then `none` on the command line gives None, except for strings)."""
-    import types
-    import typing
-
-    args = typing.get_args(hint)
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
-    if optional:
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            raise TypeError(f"unsupported option type {hint}")
-        hint = rest[0]
-    if typing.get_origin(hint) is typing.Literal:
-        choices = list(typing.get_args(hint))
-        return {"type": type(choices[0]), "choices": choices + ([None] if optional else [])}
-    if hint is bool:
-        return {"action": argparse.BooleanOptionalAction}
-    parse = {int: _integer, float: _finite_float, str: str}.get(hint)
-    if parse is None:
-        raise TypeError(f"unsupported option type {hint}")
-    return {"type": _optional(parse) if optional and hint is not str else parse}
-
-
-def _add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, only_given: bool = False,
-                           flags: dict[str, str] | None = None, exclude: tuple[str, ...] = ()) -> None:
-    """One --option per field of a frozen dataclass, typed from the field's type hint (flag_spec).
-
-    With `only_given`, a flag that is not on the command line leaves no attribute on the namespace
-    (argparse.SUPPRESS), so the caller can lay the given ones over a named preset of the dataclass.
-    `flags` renames some fields' flags (field name -> flag); `exclude` leaves fields out.
-    """
-    import dataclasses
-    import typing
-
-    group = p.add_argument_group(group_title)
-    docs = _field_docs(cls)
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in exclude:
-            continue
-        flag = (flags or {}).get(f.name) or "--" + f.name.replace("_", "-")
-        default = f.default
-        help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
-        value = argparse.SUPPRESS if only_given else default
-        group.add_argument(flag, dest=f.name, default=value, help=help_text, **flag_spec(hints[f.name]))
-
-
-def _dataclass_from_args(cls, args: argparse.Namespace, exclude: tuple[str, ...] = ()):
-    import dataclasses
-
-    return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name not in exclude})
-
-
 # ---------------------------------------------------------------------------- pretrain
 def _pretrain_args(p: argparse.ArgumentParser) -> None:
     from albertlm.train.pretrain import RECIPES, PretrainRecipe
@@ -140,7 +45,7 @@ def _pretrain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default="quick", choices=sorted(RECIPES),
                    help="named recipe the options below change (default: quick, the built-in 15-minute CPU run; "
                    "paper: albert-base, 512 tokens, batch 4096, LAMB at 0.00176, 125k steps)")
-    _add_dataclass_options(p, PretrainRecipe, "recipe (defaults shown are the quick recipe's)", only_given=True)
+    add_dataclass_options(p, PretrainRecipe, "recipe (defaults shown are the quick recipe's)", only_given=True)
 
 
 def pretrain_recipe(args: argparse.Namespace):
@@ -199,7 +104,7 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     b.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with spiece.model")
     b.add_argument("--out", required=True, metavar="DIR", help="output directory")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_dataclass_options(b, BuildSettings, "settings")
+    add_dataclass_options(b, BuildSettings, "settings")
     s = actions.add_parser("stats", help="examples, tokens, padding, mask rate, n-grams, label balance",
                            description="Statistics of a built data directory.")
     s.add_argument("directory", metavar="DIR", help="an `albertlm data build` output directory")
@@ -216,7 +121,7 @@ def _data_run(args: argparse.Namespace) -> int:
     if args.data_action == "build":
         from albertlm.data.build import BuildSettings, build_dataset, format_build_summary
 
-        meta = build_dataset(args.corpus, args.tokenizer, args.out, _dataclass_from_args(BuildSettings, args),
+        meta = build_dataset(args.corpus, args.tokenizer, args.out, dataclass_from_args(BuildSettings, args),
                              progress=not args.no_progress)
         print(format_build_summary(meta))
         return 0
@@ -314,7 +219,7 @@ def _finetune_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text-column", default=None, help="column of the text (default: text)")
     g.add_argument("--text-pair-column", default=None, help="column of the second text of a pair")
     g.add_argument("--label-column", default=None, help="column of the label (default: label)")
-    _add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
+    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
 
 
 def _task_from_args(args: argparse.Namespace):
@@ -337,7 +242,7 @@ def _finetune_run(args: argparse.Namespace) -> int:
     _one_line_warnings()
     spec = _task_from_args(args)
     results = finetune(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}",
-                       _dataclass_from_args(FinetuneRecipe, args), device=args.device, progress=not args.no_progress)
+                       dataclass_from_args(FinetuneRecipe, args), device=args.device, progress=not args.no_progress)
     print(format_results(results))
     return 0
 
@@ -443,7 +348,7 @@ def _report_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--out", default="runs/report", metavar="DIR", help="output directory: report.md, PNG figures, "
                    "results.json, the study's runs (default: runs/report)")
-    _add_dataclass_options(p, ReportSettings, "report settings", flags=REPORT_FLAGS, exclude=("study", "speed"))
+    add_dataclass_options(p, ReportSettings, "report settings", flags=REPORT_FLAGS, exclude=("study", "speed"))
 
 
 def _report_run(args: argparse.Namespace) -> int:
@@ -453,7 +358,7 @@ def _report_run(args: argparse.Namespace) -> int:
 
     from albertlm.analysis.report import ReportSettings, run_report
 
-    settings = _dataclass_from_args(ReportSettings, args, exclude=("study", "speed"))
+    settings = dataclass_from_args(ReportSettings, args, exclude=("study", "speed"))
     command = ["albertlm", "report", "--out", args.out]
     for f in dataclasses.fields(ReportSettings):  # the settings that differ from the defaults, as flags
         value = getattr(settings, f.name)
