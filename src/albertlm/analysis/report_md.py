@@ -232,6 +232,20 @@ def _study_observed(variants: dict, base: int, hidden: int, sizes: list[int]) ->
     return "Here: " + "; ".join(facts) + "."
 
 
+def _plateau_note(study: dict) -> str:
+    """Name the variants whose mean [MASK] accuracy is below the context baseline: still on the plateau."""
+    first = next(iter(study["runs"].values()))["summary"]["eval"]
+    bigram = first["baseline_bigram_accuracy"]
+    stuck = [name for name, v in study["variants"].items() if v["mask_accuracy_mean"] < bigram]
+    if not stuck:
+        return (f"Every variant ends above the context baseline ({_pct(bigram)}%): all left the unigram plateau.")
+    return (f"**On the plateau:** {', '.join(stuck)} end{'s' if len(stuck) == 1 else ''} below the context baseline "
+            f"({_pct(bigram)}%) on average over its seeds: in {study['plan']['steps']} steps "
+            f"{'it has' if len(stuck) == 1 else 'they have'} not left the unigram plateau, so a gap to "
+            f"{'it' if len(stuck) == 1 else 'them'} measures how soon a variant leaves the plateau at this budget, "
+            "not what it can learn.")
+
+
 def _heldout_se(study: dict) -> str:
     first = next(iter(study["runs"].values()))["summary"]["eval"]
     se = _se(first["mlm_mask_accuracy"], first["mask_positions"])
@@ -306,7 +320,7 @@ def _study(r: dict) -> list[str]:
               f"neighbour {_pct(first['baseline_bigram_accuracy'])}%. " + _heldout_se(st), "",
               "Paper: the factorised embedding costs little (E=128 is best when all-shared); all-shared loses "
               "1.5-2.2 points of Avg against not-shared, most of it from sharing the FFN, little from sharing "
-              "attention. " + _study_observed(variants, base, hidden, sizes),
+              "attention. " + _study_observed(variants, base, hidden, sizes), "", _plateau_note(st),
               "", f"![embedding and sharing]({r['figures']['study']})", "",
               f"![training curves]({r['figures']['curves']})", ""]
     return lines
