@@ -566,7 +566,7 @@ def _find(result: dict, preset: str, mode: str, S: int, B: int) -> dict | None:
 
 
 def targets(result: dict) -> list[dict]:
-    """Issue 6's targets, each with its measured value (None when the run did not measure it)."""
+    """The speed targets, each with its measured value (None when the run did not measure it)."""
     out = []
 
     def add(name: str, value, threshold: float, higher: bool = True, unit: str = "x"):

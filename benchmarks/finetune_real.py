@@ -1,4 +1,7 @@
-"""Fine-tune albert-tiny on real data under a CPU budget: SST-2, ChnSentiCorp and CoNLL-2003 (../shared/data).
+"""Fine-tune albert-tiny on real data under a CPU budget: SST-2, ChnSentiCorp and CoNLL-2003.
+
+The data folder (--data) holds SST-2/, ChnSentiCorp/ and CoNLL-2003 in their usual layouts; by
+default a `shared/data` folder beside the repository checkout.
 
 Without --model every task starts from a randomly initialised albert-tiny whose SentencePiece
 vocabulary is trained on that task's training text (the no-pretraining baseline); with
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reinit", action="store_true", help="with --model: same configuration and tokenizer, "
                    "random weights (the control for what pretraining adds)")
     p.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {', '.join(TASKS)}")
-    p.add_argument("--data", default=str(SHARED), help="the shared data folder")
+    p.add_argument("--data", default=str(SHARED), help="the task data folder (default: shared/data beside the checkout)")
     p.add_argument("--out", default="runs/bench-finetune", help="run directory")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per task (default: 300, 150 for "
                    "ChnSentiCorp, whose inputs are twice as long)")

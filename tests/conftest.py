@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny configs, seeded torch, and the optional ../shared data directory."""
+"""Shared fixtures: tiny configs, seeded torch, and the optional folder of real task data
+(`shared/data` beside the repository checkout; tests that read it skip without it)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ def _seed_and_threads():
 
 @pytest.fixture
 def shared_data() -> Path:
-    """../shared/data, or skip the test when it is absent (a plain clone has no such folder)."""
+    """The real task data folder, or skip the test when it is absent (a plain clone has none)."""
     if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
+        pytest.skip(f"no task data folder at {SHARED_DATA}")
     return SHARED_DATA
 
 

@@ -1,4 +1,4 @@
-"""Task readers and features on small fixture files, plus opt-in reads of the real ../shared/data files."""
+"""Task readers and features on small fixture files, plus opt-in reads of the real task files (conftest.SHARED_DATA)."""
 
 from __future__ import annotations
 

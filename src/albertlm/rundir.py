@@ -31,8 +31,7 @@ _MAX_NAME = 200
 
 def validate_run_name(name: str, flag: str = "--name") -> str:
     """`name` if it is a plain directory name; otherwise a one-line error naming the flag."""
-    bad = (not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
-           or (os.sep in name) or (os.altsep is not None and os.altsep in name) or len(name) > _MAX_NAME)
+    bad = (not name or name in (".", "..") or any(c in name for c in "/\\\0") or len(name) > _MAX_NAME)
     if bad:
         raise AlbertlmError(f"{flag} {name!r}: must be a plain name (no path separators, not '.' or '..', "
                             f"at most {_MAX_NAME} characters); the run directory is <out-dir>/<name>")

@@ -327,12 +327,9 @@ def _gather_cursors(dataset: PretrainingDataset, ctx: DistContext) -> Any:
 def _gather_rng(ctx: DistContext) -> list[dict[str, Any]]:
     """Every rank's torch RNG state, indexed by rank (dropout differs per rank)."""
     from albertlm.checkpoint import rng_state
-
-    if not ctx.distributed:
-        return [rng_state()]
     from albertlm.distributed import all_gather_object
 
-    return all_gather_object(rng_state(), ctx)
+    return all_gather_object(rng_state(), ctx)  # [this process's state] without torchrun
 
 
 def format_summary(summary: dict[str, Any]) -> str:
