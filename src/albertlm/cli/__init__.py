@@ -1,0 +1,80 @@
+"""The `albertlm` command: a thin table of subcommands over the library's functions.
+
+Each subcommand is a pair (add its arguments, run it), kept in the module of its kind
+(pretraining.py: models made; tasks.py: models used). Errors meant for the user (AlbertlmError)
+print as one line and exit with status 2; nothing else reads argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from collections.abc import Callable
+
+from albertlm.cli import pretraining, tasks
+from albertlm.cli.pretraining import pretrain_recipe
+from albertlm.errors import AlbertlmError
+
+__all__ = ["COMMANDS", "build_parser", "main", "pretrain_recipe"]
+
+# name -> (help, add_arguments(parser), run(args) -> exit code)
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+COMMANDS: dict[str, Command] = {
+    "data": ("build pretraining shards from a corpus, or print their statistics", pretraining.data_args, pretraining.data_run),
+    "pretrain": ("pretrain ALBERT (MLM + SOP); with no arguments: the quick recipe, albert-mini on the King James Bible",
+                 pretraining.pretrain_args, pretraining.pretrain_run),
+    "params": ("parameter, FLOP and communication accounting for every preset and the paper's ablations",
+               pretraining.params_args, pretraining.params_run),
+    "tokenizer": ("train a SentencePiece vocabulary with ALBERT's ids: albertlm tokenizer train --input kjv "
+                  "--vocab-size 8000 --out tok/", pretraining.tokenizer_args, pretraining.tokenizer_run),
+    "finetune": ("fine-tune on a task (GLUE, SQuAD, RACE, NER, Chinese sets, generic files) and keep the best dev "
+                 "checkpoint: albertlm finetune --task sst-2 --model DIR --data DIR", tasks.finetune_args, tasks.finetune_run),
+    "evaluate": ("score a fine-tuned model on a task split: albertlm evaluate --model DIR --data DIR",
+                 tasks.evaluate_args, tasks.evaluate_run),
+    "predict": ("predictions of a fine-tuned model for lines of input (files or stdin)", tasks.predict_args, tasks.predict_run),
+    "fill-mask": ('fill [MASK] with a pretrained model: albertlm fill-mask --model DIR "text with [MASK]"',
+                  tasks.fill_mask_args, tasks.fill_mask_run),
+    "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
+               "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
+               pretraining.report_args, pretraining.report_run),
+}
+
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from albertlm import __version__
+
+    parser = argparse.ArgumentParser(prog="albertlm", description="ALBERT (A Lite BERT) in PyTorch.")
+    parser.add_argument("--version", action="version", version=f"albertlm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, add_args, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "_run"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except AlbertlmError as exc:
+        print(f"albertlm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"albertlm {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"albertlm {args.command}: error: no space left on the device{where}; files are written atomically, "
+              "so what existed before is intact: free some space and run the command again", file=sys.stderr)
+        return 2
+

@@ -1,0 +1,152 @@
+"""Subcommands that use a model: finetune, evaluate, predict, fill-mask."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from albertlm.errors import AlbertlmError
+from albertlm.options import add_dataclass_options, dataclass_from_args
+
+
+# ---------------------------------------------------------------------------- fine-tuning and inference
+def _one_line_warnings() -> None:
+    """Show library warnings (e.g. skipped malformed data rows) as one `warning:` line each."""
+    import warnings
+
+    warnings.showwarning = lambda message, *rest, **kw: print(f"warning: {message}", file=sys.stderr)
+
+
+def finetune_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.train.finetune import FinetuneRecipe
+
+    p.add_argument("--task", required=True, help="task name, e.g. sst-2, cola, mrpc, sts-b, squad-v1.1, race, "
+                   "conll2003, chnsenticorp, tnews, cluener, or a generic one (classification, regression, "
+                   "multilabel, ner-conll); `--task list` prints them all with their metrics")
+    p.add_argument("--model", metavar="DIR", help="pretrained model: `albertlm pretrain` output or any Hugging Face "
+                   "ALBERT directory with spiece.model")
+    p.add_argument("--data", metavar="DIR", help="the task's data directory (train and dev files)")
+    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: runs/finetune-<task>)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("generic tasks")
+    g.add_argument("--text-column", default=None, help="column of the text (default: text)")
+    g.add_argument("--text-pair-column", default=None, help="column of the second text of a pair")
+    g.add_argument("--label-column", default=None, help="column of the label (default: label)")
+    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
+
+
+def task_from_args(args: argparse.Namespace):
+    from albertlm.tasks.registry import get_task
+
+    return get_task(args.task, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                    label_column=args.label_column)
+
+
+def finetune_run(args: argparse.Namespace) -> int:
+    """Fine-tune on a task, keep the best dev checkpoint, print the metrics table."""
+    from albertlm.tasks.registry import task_table
+    from albertlm.train.finetune import FinetuneRecipe, finetune, format_results
+
+    if args.task == "list":
+        print(task_table())
+        return 0
+    if not args.model or not args.data:
+        raise AlbertlmError("--model DIR and --data DIR are required")
+    _one_line_warnings()
+    spec = task_from_args(args)
+    results = finetune(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}",
+                       dataclass_from_args(FinetuneRecipe, args), device=args.device, progress=not args.no_progress)
+    print(format_results(results))
+    return 0
+
+
+def evaluate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned model directory")
+    p.add_argument("--data", required=True, metavar="DIR", help="the task's data directory (or the split's file)")
+    p.add_argument("--task", default=None, help="task name (default: the finetuning_task in the model's config.json)")
+    p.add_argument("--split", default="dev", choices=["dev", "test", "train"], help="split to score (default: dev)")
+    p.add_argument("--batch-size", type=int, default=64, help="features per forward pass (default: 64)")
+    p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
+    p.add_argument("--predictions", metavar="FILE", default=None, help="also write the predictions (task format)")
+    p.add_argument("--max-answer-length", type=int, default=None, metavar="N", help="QA: longest answer in pieces "
+                   "(default: what the model was fine-tuned with; 30, or 64 for a Chinese vocabulary)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def evaluate_run(args: argparse.Namespace) -> int:
+    """Score a fine-tuned model on a task split."""
+    import json
+
+    from albertlm.train.inference import evaluate_dir
+
+    _one_line_warnings()
+    result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
+                          max_examples=args.max_examples, predictions=args.predictions, device=args.device,
+                          max_answer_length=args.max_answer_length)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['task']} {result['split']}: {result['examples']:,} examples")
+    for name, value in result["metrics"].items():
+        if name in ("total", "entities"):
+            print(f"  {name:<18}{value:>10.0f}")
+        elif name.endswith("_thresh"):  # a no-answer score threshold, not a percentage
+            print(f"  {name:<18}{value:>10.4f}")
+        else:
+            print(f"  {name:<18}{100 * value:>10.2f}")
+    return 0
+
+
+def predict_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned model directory")
+    p.add_argument("files", nargs="*", metavar="FILE", help="input files, one example per line (default or '-': "
+                   "stdin): text or text_a<TAB>text_b (classification), text (NER), question<TAB>context or JSON "
+                   "(QA), JSON {context, question, options} (multiple choice)")
+    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default: 64)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
+    p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
+                   "(faster for small batches of base and larger models; docs/benchmarks.md)")
+
+
+def predict_run(args: argparse.Namespace) -> int:
+    """Print one prediction line per input line."""
+    from albertlm.train.inference import predict_lines
+
+    if args.batch_size < 1:
+        raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
+    lines: list[str] = []
+    for name in args.files or ["-"]:
+        try:
+            if name == "-":
+                lines += sys.stdin.buffer.read().decode("utf-8").splitlines()
+            else:
+                with open(name, encoding="utf-8") as fh:
+                    lines += fh.read().splitlines()
+        except OSError as exc:
+            raise AlbertlmError(f"{name}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
+    for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
+                             prepack=args.prepack):
+        print(out)
+    return 0
+
+
+def fill_mask_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="DIR", help="a pretrained model directory (with its MLM head)")
+    p.add_argument("text", help='text with one or more [MASK], e.g. "the capital of france is [MASK] ."')
+    p.add_argument("--top-k", type=int, default=5, help="candidates shown per mask (default: 5)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
+
+
+def fill_mask_run(args: argparse.Namespace) -> int:
+    """Print the filled text and the top candidates of every mask."""
+    from albertlm.train.inference import fill_mask
+
+    filled, candidates = fill_mask(args.model, args.text, top_k=args.top_k, device=args.device)
+    print(filled)
+    for n, cands in enumerate(candidates, 1):
+        print(f"[MASK] {n}: " + "  ".join(f"{piece} {p:.3f}" for piece, p in cands))
+    return 0
