@@ -24,7 +24,9 @@ def _grads(model):
     model.zero_grad()
     loss = model(**_batch()).loss
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    # named by state-dict key: the checkpoint wrapper adds its own level to parameter names only
+    return loss.detach(), {n.replace("._checkpoint_wrapped_module", ""): p.grad.clone()
+                           for n, p in model.named_parameters()}
 
 
 @pytest.mark.parametrize("sharing", ["all", "none", "attention"])
@@ -40,6 +42,8 @@ def test_activation_checkpointing_keeps_loss_and_gradients(sharing):
     for n in ref:
         torch.testing.assert_close(grads[n], ref[n], rtol=1e-6, atol=1e-8, msg=n)
     assert set(ckpt.state_dict()) == set(model.state_dict())  # the keys do not change
+    assert not any(hasattr(block, "_albertlm_checkpointed") for block in ckpt.modules())  # wrapped, not patched
+    ckpt.load_state_dict(model.state_dict())  # and a plain model's checkpoint loads into the wrapped one
 
 
 def test_single_process_wrap_is_identity():

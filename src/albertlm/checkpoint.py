@@ -52,7 +52,8 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def assert_finite_weights(model: nn.Module, step: int) -> None:
     """Stop with one line when any weight is NaN or infinite, before it can be saved as a result."""
-    bad = [name for name, p in unwrap(model).named_parameters() if not bool(torch.isfinite(p).all())]
+    bad = [name.replace("._checkpoint_wrapped_module", "")  # the state-dict name, as saved
+           for name, p in unwrap(model).named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise AlbertlmError(f"step {step}: the weights became non-finite ({len(bad)} tensor(s), first {bad[0]}); "
                             "nothing from this step on was saved as a result; lower the learning rate, use fp32, "

@@ -12,13 +12,11 @@ environment variables, which the CLI passes in.
 from __future__ import annotations
 
 import datetime
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 
 @dataclass(frozen=True)
@@ -107,29 +105,28 @@ def all_gather_object(obj, ctx: DistContext) -> list:
 def apply_activation_checkpointing(model: nn.Module) -> int:
     """Recompute every attention and FFN block in the backward pass instead of storing activations.
 
-    Works per block application, so a shared block applied L times stores only its inputs.
-    (transformers refuses gradient checkpointing for ALBERT; the paper's shared layers make it
-    most useful, since activations, not parameters, dominate memory.)
+    Each block of the encoder's pools is replaced by torch's `checkpoint_wrapper` around it (the
+    wrapper torchtitan applies), so a shared block applied L times stores only its inputs.
+    State-dict keys do not change (the wrapper's hooks drop its prefix); parameter names gain
+    `_checkpoint_wrapped_module.`. (transformers refuses gradient checkpointing for ALBERT; the
+    paper's shared layers make it most useful, since activations, not parameters, dominate memory.)
 
     Returns:
-        The number of blocks wrapped.
+        The number of blocks wrapped (0 when they already are).
     """
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (CheckpointImpl, CheckpointWrapper,
+                                                                             checkpoint_wrapper)
+
     from albertlm.model import Encoder  # transforms know the model; the model knows no transforms
 
     wrapped = 0
-    for module in model.modules():
-        if isinstance(module, Encoder):
-            for block in [*module.attention, *module.ffn]:
-                if getattr(block, "_albertlm_checkpointed", False):
-                    continue
-                block.forward = functools.partial(_checkpointed, block.forward)
-                block._albertlm_checkpointed = True
-                wrapped += 1
+    for encoder in [m for m in model.modules() if isinstance(m, Encoder)]:  # listed first: the loop edits the tree
+        for pool in (encoder.attention, encoder.ffn):
+            for i, block in enumerate(pool):
+                if not isinstance(block, CheckpointWrapper):
+                    pool[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+                    wrapped += 1
     return wrapped
-
-
-def _checkpointed(forward, *args):
-    return checkpoint(forward, *args, use_reentrant=False)
 
 
 def maybe_compile(model: nn.Module, enabled: bool) -> nn.Module:
