@@ -31,6 +31,8 @@ from albertlm.config import PRESETS, get_preset
 from albertlm.distributed import DistContext
 from albertlm.train.metrics import read_metrics
 from albertlm.train.pretrain import PretrainRecipe, prepare_data, pretrain
+from albertlm.train.pretrain_recipe import BUILD_FIELDS as PRETRAIN_BUILD_FIELDS
+from albertlm.train.pretrain_recipe import flat_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # The default recipe before this search: every --set changes this one, so the recorded commands
@@ -61,10 +63,10 @@ def table(directory: Path) -> str:
     """Markdown: one row per result file, with its curve of [MASK] accuracy at every evaluation."""
     rows = ["| run | what differs from the old default | steps | tokens | wall (min) | tok/s | [MASK] acc | unigram | bigram "
             "| kept | SOP | [MASK] acc by step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    base = dataclasses.asdict(OLD_DEFAULT)
+    base = flat_settings(dataclasses.asdict(OLD_DEFAULT))
     for path in sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime):
         r = json.loads(path.read_text())
-        diff = {k: v for k, v in r["recipe"].items() if base.get(k) != v and k not in ("preset", "eval_every",
+        diff = {k: v for k, v in flat_settings(r["recipe"]).items() if base.get(k) != v and k not in ("preset", "eval_every",
                 "checkpoint_every")}
         diff.update(r.get("model_overrides") or {})
         e = r["final"]
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--name is required")
     torch.set_num_threads(args.threads)
 
-    recipe = dataclasses.replace(OLD_DEFAULT, **_pairs(args.set))
+    recipe = OLD_DEFAULT.with_settings(**_pairs(args.set))
     model_overrides = _pairs(args.model)
     if model_overrides:
         name = f"search-{args.name}"
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe = dataclasses.replace(recipe, preset=name)
 
     # a cached tokenizer + data build for these settings
-    key = {f: getattr(recipe, f) for f in BUILD_FIELDS}
+    key = {f: getattr(recipe.build if f in PRETRAIN_BUILD_FIELDS else recipe, f) for f in BUILD_FIELDS}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     cache = ROOT / "runs" / "search-cache" / digest
     build_seconds = None

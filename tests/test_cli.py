@@ -49,7 +49,7 @@ def test_pretrain_options_change_the_named_recipe():
     parser = build_parser()
     assert pretrain_recipe(parser.parse_args(["pretrain"])) == RECIPES["quick"]
     paper = pretrain_recipe(parser.parse_args(["pretrain", "--recipe", "paper", "--steps", "10"]))
-    assert paper.steps == 10 and paper.batch_size == 4096 and paper.max_seq_length == 512 and paper.lr == 0.00176
+    assert paper.steps == 10 and paper.batch_size == 4096 and paper.build.max_seq_length == 512 and paper.lr == 0.00176
     quick = pretrain_recipe(parser.parse_args(["pretrain", "--batch-size", "8"]))
     assert quick.batch_size == 8 and quick.preset == RECIPES["quick"].preset
 
@@ -68,3 +68,16 @@ def test_a_full_disk_is_one_line(monkeypatch, capsys):
     assert cli.main(["params"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no space left" in err and ".step-1/model.safetensors" in err and "intact" in err
+
+
+def test_every_build_setting_is_a_pretrain_flag():
+    from albertlm.cli import build_parser, pretrain_recipe
+    from albertlm.train.pretrain import RECIPES
+
+    args = build_parser().parse_args(["pretrain", "--short-seq-prob", "0.3", "--block-documents", "16",
+                                      "--max-ngram", "2", "--objective", "nsp", "--seed", "5", "--data-seed", "7"])
+    recipe = pretrain_recipe(args)
+    built = recipe.build_settings(16)  # the curriculum's build: its own length, the rest the same
+    assert (built.short_seq_prob, built.block_documents, built.max_ngram, built.objective) == (0.3, 16, 2, "nsp")
+    assert built.max_seq_length == 16 and built.seed == 7 and recipe.seed == 5
+    assert recipe.build.heldout_fraction == RECIPES["quick"].build.heldout_fraction  # unset: the quick recipe's

@@ -29,7 +29,7 @@ def curves(tmp_path_factory):
     try:
         root = tmp_path_factory.mktemp("golden")
         corpus = write_story_corpus(root / "corpus.txt", documents=60)
-        recipe = PretrainRecipe(preset="test", corpus=str(corpus), vocab_size=64, max_seq_length=64,
+        recipe = PretrainRecipe().with_settings(preset="test", corpus=str(corpus), vocab_size=64, max_seq_length=64,
                                 curriculum_seq_length=16, curriculum_steps=5, batch_size=8, steps=20, warmup_steps=4,
                                 lr=3e-3, eval_every=20, eval_examples=32, log_every=1, checkpoint_every=20,
                                 heldout_fraction=0.1, precision="fp32", workers=1)

@@ -55,7 +55,7 @@ def _losses(run_dir: Path) -> dict[int, float]:
 
 def test_run_learns_and_writes_a_loadable_model(prepared, tmp_path):
     _, corpus = prepared
-    recipe = PretrainRecipe(**{**RECIPE, "steps": 120, "eval_every": 120, "checkpoint_every": 120, "warmup_steps": 10}, corpus=corpus)
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "steps": 120, "eval_every": 120, "checkpoint_every": 120, "warmup_steps": 10}, corpus=corpus)
     summary = pretrain(recipe, _run_dir(prepared, tmp_path / "run"), progress=False)
     losses = _losses(tmp_path / "run")
     assert sum(losses[s] for s in range(111, 121)) / 10 < losses[1] - 0.5
@@ -105,7 +105,7 @@ def test_two_processes_equal_one(prepared, tmp_path, strategy):
     strategy = strategy.removesuffix("-accumulate")
     _, corpus = prepared
     one = _run_dir(prepared, tmp_path / "one")
-    pretrain(PretrainRecipe(**RECIPE, corpus=corpus), one, DistContext(), progress=False)
+    pretrain(PretrainRecipe().with_settings(**RECIPE, corpus=corpus), one, DistContext(), progress=False)
     _run_dir(prepared, tmp_path / "two")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
@@ -127,7 +127,7 @@ def test_two_processes_equal_one(prepared, tmp_path, strategy):
 
 def test_curriculum_trains_short_examples_first_and_resumes_exactly(prepared, tmp_path):
     _, corpus = prepared
-    recipe = PretrainRecipe(**{**RECIPE, "steps": 6, "checkpoint_every": 3, "eval_every": 6,
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "steps": 6, "checkpoint_every": 3, "eval_every": 6,
                                "curriculum_seq_length": 16, "curriculum_steps": 3}, corpus=corpus)
     ref = tmp_path / "ref"
     _run_dir(prepared, ref)

@@ -109,7 +109,7 @@ def test_a_second_run_of_the_same_directory_is_refused_at_once(prepared, tmp_pat
 
 def test_a_run_killed_before_its_first_checkpoint_starts_its_log_again(prepared, tmp_path):
     _, corpus = prepared
-    recipe = PretrainRecipe(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
     run = _run_dir(prepared, tmp_path / "run")
     pretrain(recipe, run, progress=False, stop_after=3)
     assert _steps(run) == [1, 2, 3] and not (run / "checkpoints" / "latest").exists()
@@ -120,7 +120,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_its_log_again(prepared,
 
 def _checkpointed_run(prepared, tmp_path, name="run"):
     _, corpus = prepared
-    recipe = PretrainRecipe(**{**RECIPE, "keep_last": 3}, corpus=corpus)
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "keep_last": 3}, corpus=corpus)
     run = _run_dir(prepared, tmp_path / name)
     pretrain(recipe, run, progress=False, stop_after=6)  # checkpoints at steps 2, 4, 6
     return recipe, run
@@ -169,17 +169,16 @@ def test_stale_temporaries_of_a_killed_save_are_removed_on_start(prepared, tmp_p
 
 def test_a_rerun_with_other_settings_is_refused_with_saved_and_new_values(prepared, tmp_path, capsys):
     _, corpus = prepared
-    recipe = PretrainRecipe(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "checkpoint_every": 8}, corpus=corpus)
     run = _run_dir(prepared, tmp_path / "runs" / "r")
     pretrain(recipe, run, progress=False, stop_after=2)  # killed before its first checkpoint
     # the tokenizer and data stages are checked even when no checkpoint exists yet
-    import dataclasses
 
     for change, message in (({"max_seq_length": 32}, "data/ (max_seq_length: saved 64, now 32)"),
                             ({"vocab_size": 80}, "tokenizer/ (vocab_size: saved 64, now 80)"),
                             ({"masked_lm_prob": 0.3}, "masked_lm_prob: saved 0.15, now 0.3")):
         with pytest.raises(AlbertlmError, match="--restart") as exc:
-            pretrain(dataclasses.replace(recipe, **change), run, progress=False)
+            pretrain(recipe.with_settings(**change), run, progress=False)
         assert message in str(exc.value)
     # through the CLI: recipe.json names every changed setting and the fix
     args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path / "runs"), "--name", "r", "--no-progress"]
@@ -206,13 +205,13 @@ def test_flags_are_typed_from_the_settings_type_hints(capsys):
         assert exc.value.code == 2 and message in capsys.readouterr().err
     for bad in ({"lr": float("nan")}, {"steps": 2.5}, {"weight_decay": float("inf")}):
         with pytest.raises(AlbertlmError, match=next(iter(bad))):
-            PretrainRecipe(**bad)
+            PretrainRecipe().with_settings(**bad)
 
 
 def test_a_diverged_run_stops_with_an_error_and_writes_no_model(prepared, tmp_path):
     _, corpus = prepared
     run = _run_dir(prepared, tmp_path / "run")
-    recipe = PretrainRecipe(**{**RECIPE, "lr": 1e38, "checkpoint_every": 8}, corpus=corpus)
+    recipe = PretrainRecipe().with_settings(**{**RECIPE, "lr": 1e38, "checkpoint_every": 8}, corpus=corpus)
     with pytest.raises(AlbertlmError, match="non-finite|not finite"):
         pretrain(recipe, run, progress=False)
     assert not (run / "model").exists() and not (run / "summary.json").exists()
@@ -280,7 +279,7 @@ def test_pretraining_leaves_the_callers_random_state_alone(prepared, tmp_path):
     _, corpus = prepared
     torch.manual_seed(1234)
     before = torch.get_rng_state()
-    pretrain(PretrainRecipe(**{**RECIPE, "steps": 2, "eval_every": 2, "checkpoint_every": 2, "dropout": 0.1},
+    pretrain(PretrainRecipe().with_settings(**{**RECIPE, "steps": 2, "eval_every": 2, "checkpoint_every": 2, "dropout": 0.1},
                             corpus=corpus), _run_dir(prepared, tmp_path / "run"), progress=False)
     assert torch.equal(torch.get_rng_state(), before)
 

@@ -77,12 +77,14 @@ def flag_spec(hint) -> dict:
 
 
 def add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, only_given: bool = False,
-                           flags: dict[str, str] | None = None, exclude: tuple[str, ...] = ()) -> None:
+                           flags: dict[str, str] | None = None, exclude: tuple[str, ...] = (),
+                           defaults=None) -> None:
     """One --option per field of a frozen dataclass, typed from the field's type hint (flag_spec).
 
     With `only_given`, a flag that is not on the command line leaves no attribute on the namespace
     (argparse.SUPPRESS), so the caller can lay the given ones over a named preset of the dataclass.
-    `flags` renames some fields' flags (field name -> flag); `exclude` leaves fields out.
+    `flags` renames some fields' flags (field name -> flag); `exclude` leaves fields out; `defaults`,
+    an instance of `cls`, supplies the defaults shown (default: the class's own).
     """
     import dataclasses
     import typing
@@ -94,7 +96,7 @@ def add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, onl
         if f.name in exclude:
             continue
         flag = (flags or {}).get(f.name) or "--" + f.name.replace("_", "-")
-        default = f.default
+        default = getattr(defaults, f.name) if defaults is not None else f.default
         help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
         value = argparse.SUPPRESS if only_given else default
         group.add_argument(flag, dest=f.name, default=value, help=help_text, **flag_spec(hints[f.name]))

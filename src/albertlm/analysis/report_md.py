@@ -443,11 +443,11 @@ def _smoothness(r: dict) -> list[str]:
 
 
 def _pretrain_command(recipe: dict, name: str, out_dir: str) -> str:
-    from albertlm.train.pretrain import PretrainRecipe
+    from albertlm.train.pretrain_recipe import PretrainRecipe, flat_settings
 
-    defaults = dataclasses.asdict(PretrainRecipe())
+    defaults = flat_settings(dataclasses.asdict(PretrainRecipe()))
     args = ["albertlm", "pretrain", "--name", name, "--out-dir", out_dir, "--no-progress"]
-    for k, v in recipe.items():
+    for k, v in flat_settings(recipe).items():
         if v != defaults.get(k) and v is not None:  # None only where another flag turns the feature off
             args += [f"--{k.replace('_', '-')}", str(v)]
     return shlex.join(args)

@@ -150,8 +150,8 @@ def curriculum_steps(settings: StudySettings, steps: int) -> int:
 def recipe_for(settings: StudySettings, variant: Variant, steps: int, seed: int | None = None) -> PretrainRecipe:
     """The PretrainRecipe of one run: the quick recipe with the study's settings and the variant's."""
     short = curriculum_steps(settings, steps)
-    return dataclasses.replace(
-        PretrainRecipe(), preset=settings.preset, sharing=variant.sharing, embedding_size=variant.embedding_size,
+    return PretrainRecipe().with_settings(
+        preset=settings.preset, sharing=variant.sharing, embedding_size=variant.embedding_size,
         corpus=settings.corpus, vocab_size=settings.vocab_size, max_seq_length=settings.max_seq_length,
         curriculum_seq_length=settings.curriculum_seq_length if short else None, curriculum_steps=short,
         objective=variant.objective, heldout_fraction=settings.heldout_fraction, batch_size=settings.batch_size,

@@ -35,17 +35,24 @@ def pretrain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipe", default="quick", choices=sorted(RECIPES),
                    help="named recipe the options below change (default: quick, the built-in 15-minute CPU run; "
                    "paper: albert-base, 512 tokens, batch 4096, LAMB at 0.00176, 125k steps)")
-    add_dataclass_options(p, PretrainRecipe, "recipe (defaults shown are the quick recipe's)", only_given=True)
+    from albertlm.data.build import BuildSettings
+    from albertlm.train.pretrain_recipe import QUICK_BUILD
+
+    add_dataclass_options(p, PretrainRecipe, "recipe (defaults shown are the quick recipe's)", only_given=True,
+                          exclude=("build",))
+    add_dataclass_options(p, BuildSettings, "data build (defaults shown are the quick recipe's; the seed is "
+                          "--data-seed)", only_given=True, exclude=("seed",), defaults=QUICK_BUILD)
 
 
 def pretrain_recipe(args: argparse.Namespace):
     """The named recipe (--recipe) with the options given on the command line laid over it."""
     import dataclasses
 
+    from albertlm.data.build import BuildSettings
     from albertlm.train.pretrain import RECIPES, PretrainRecipe
 
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(PretrainRecipe) if hasattr(args, f.name)}
-    return dataclasses.replace(RECIPES[args.recipe], **given)
+    names = [f.name for cls in (PretrainRecipe, BuildSettings) for f in dataclasses.fields(cls)]
+    return RECIPES[args.recipe].with_settings(**{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def pretrain_run(args: argparse.Namespace) -> int:

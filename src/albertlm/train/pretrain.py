@@ -35,7 +35,7 @@ from albertlm.train.metrics import MetricsLogger
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
 from albertlm.utils import atomic_write_text, crash_point
 # the recipe and the stages live in their own modules; importing them from here keeps working
-from albertlm.train.pretrain_recipe import RECIPES, PretrainRecipe  # noqa: F401
+from albertlm.train.pretrain_recipe import RECIPES, PretrainRecipe, flat_settings  # noqa: F401
 from albertlm.train.stages import read_json_object, check_stages, curriculum_dir, prepare_data  # noqa: F401
 from albertlm.vocab import IGNORE_INDEX
 
@@ -110,9 +110,8 @@ def _record_recipe(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resu
     """Refuse to resume under other settings (saved vs new values and the fix); else write recipe.json."""
     recipe_path = run_dir / "recipe.json"
     if resume and recipe_path.exists():
-        saved, now = read_json_object(recipe_path), dataclasses.asdict(recipe)
-        diffs = [f"{k}: saved {saved.get(k)!r}, now {now.get(k)!r}" for k in sorted(set(saved) | set(now))
-                 if saved.get(k) != now.get(k) and k in now]
+        saved, now = flat_settings(read_json_object(recipe_path)), flat_settings(dataclasses.asdict(recipe))
+        diffs = [f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in sorted(set(saved) & set(now)) if saved[k] != now[k]]
         if diffs:
             raise AlbertlmError(f"{recipe_path}: this run was started with other settings ({'; '.join(diffs)}); "
                                 "pass --restart to start over with the new settings, or choose another --name")
@@ -125,19 +124,19 @@ def _datasets(recipe: PretrainRecipe, run_dir: Path, data_dir: Path, ctx: DistCo
     """(this rank's training split, its curriculum split or None, the held-out split)."""
     def training_split(directory: Path) -> PretrainingDataset:
         return PretrainingDataset(directory, "train", ctx.rank, ctx.world_size, seed=recipe.seed,
-                                  max_predictions=recipe.max_predictions, masked_lm_prob=recipe.masked_lm_prob,
-                                  max_ngram=recipe.max_ngram)
+                                  max_predictions=recipe.build.max_predictions,
+                                  masked_lm_prob=recipe.build.masked_lm_prob, max_ngram=recipe.build.max_ngram)
 
     short_dir = curriculum_dir(run_dir, recipe)
     heldout = PretrainingDataset(data_dir, "heldout", seed=recipe.seed, shuffle=False,
-                                 max_predictions=recipe.max_predictions, masked_lm_prob=HELDOUT_MASKED_LM_PROB)
+                                 max_predictions=recipe.build.max_predictions, masked_lm_prob=HELDOUT_MASKED_LM_PROB)
     return training_split(data_dir), training_split(short_dir) if short_dir is not None else None, heldout
 
 
 def _build_model(recipe: PretrainRecipe, vocab_size: int, ctx: DistContext) -> AlbertForPreTraining:
     """The recipe's model, initialised from its seed (the same weights on every rank); then each
     rank's own dropout stream."""
-    overrides: dict[str, Any] = {"vocab_size": vocab_size, "max_position_embeddings": max(recipe.max_seq_length, 512)}
+    overrides: dict[str, Any] = {"vocab_size": vocab_size, "max_position_embeddings": max(recipe.build.max_seq_length, 512)}
     if recipe.sharing:
         overrides["sharing"] = recipe.sharing
     if recipe.embedding_size:

@@ -5,12 +5,23 @@ docs/pretraining.md tells how the quick recipe was found and what each setting d
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from albertlm.config import get_preset
+from albertlm.data.build import BuildSettings
 from albertlm.errors import AlbertlmError
 from albertlm.optim import scaled_lr
 from albertlm.utils import check_field_types
+
+
+QUICK_BUILD = BuildSettings(max_seq_length=64, heldout_fraction=0.05, workers=2)
+"""The quick recipe's data build: 64-token examples, 5% of the documents held out (the KJV's 1,189
+chapters give about 400 held-out examples), two build processes; the rest as the paper."""
+
+BUILD_FIELDS = tuple(f.name for f in dataclasses.fields(BuildSettings) if f.name != "seed")
+"""Settings of the recipe's build, which `with_settings` and the command line take by their own names."""
 
 
 @dataclass(frozen=True)
@@ -31,21 +42,11 @@ class PretrainRecipe:
     """Corpus spec (see data/corpus.py): `kjv`, files, globs, directories."""
     vocab_size: int = 8000
     """SentencePiece vocabulary size (capped at what the corpus supports)."""
-    max_seq_length: int = 64
-    """Tokens per example, [CLS] A [SEP] B [SEP] included (paper: 512; short runs learn faster at 64)."""
-    objective: str = "sop"
-    """Sentence-level task: sop, nsp or none."""
-    masking: str = "dynamic"
-    """dynamic (a new mask every epoch) or static (dupe_factor masked copies, as official)."""
-    dupe_factor: int = 1
-    """Copies of the corpus with different instance splits (and masks, when static)."""
-    max_predictions: int = 20
-    """Masked positions per example at most (paper: 20 at length 512)."""
-    masked_lm_prob: float = 0.15
-    """Share of the tokens predicted in training (paper: 0.15). Held-out scoring always masks the
-    paper's 15%, so runs with different rates are scored on the same task."""
-    max_ngram: int = 3
-    """Longest masked span in words, p(n) ∝ 1/n (paper: 3). Held-out scoring always uses 3."""
+    build: BuildSettings = QUICK_BUILD
+    """How examples are made from the corpus (data/build.py): their length (paper: 512; short runs
+    learn faster at 64), the sentence-level objective (sop, nsp, none), static or dynamic masking,
+    the masking rate and n-gram length, the held-out share. Its `seed` is replaced by `data_seed`.
+    Held-out scoring always masks the paper's 15% in 3-grams, so runs are scored on the same task."""
     curriculum_seq_length: int | None = 16
     """Train the first `curriculum_steps` steps on examples of this many tokens (a second data build),
     with as many more examples per batch as keeps the tokens per step; None: one length throughout.
@@ -53,8 +54,6 @@ class PretrainRecipe:
     most steps at 128 tokens before 512. curriculum_steps 0 turns the curriculum off."""
     curriculum_steps: int = 1000
     """Steps at curriculum_seq_length before the switch to max_seq_length."""
-    heldout_fraction: float = 0.05
-    """Documents held out for evaluation (5% of the KJV's 1,189 chapters: about 400 examples)."""
     batch_size: int = 32
     """Global batch: per-device micro-batch x accumulation x world size (paper: 4096)."""
     micro_batch_size: int | None = None
@@ -97,8 +96,6 @@ class PretrainRecipe:
     data_seed: int | None = None
     """Seed of the tokenizer's sample and the data build (None: `seed`). Runs that differ only in
     `seed` can then share one tokenizer and data build."""
-    workers: int = 2
-    """Processes for the data build."""
     activation_checkpointing: bool = False
     """Recompute encoder blocks in the backward pass (saves activation memory)."""
     compile: bool = False
@@ -108,29 +105,43 @@ class PretrainRecipe:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        choices = {"objective": ("sop", "nsp", "none"), "masking": ("dynamic", "static"),
-                   "optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
-                   "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"), "precision": ("auto", "fp32", "bf16", "fp16"),
-                   "on_nonfinite": ("skip", "stop"), "data_parallel": ("ddp", "fsdp"),
-                   "sharing": (None, "all", "attention", "ffn", "none")}
+        if not isinstance(self.build, BuildSettings):
+            raise AlbertlmError(f"build must be a BuildSettings, got {type(self.build).__name__}")
+        choices = {"optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
+                   "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"),
+                   "precision": ("auto", "fp32", "bf16", "fp16"), "on_nonfinite": ("skip", "stop"),
+                   "data_parallel": ("ddp", "fsdp"), "sharing": (None, "all", "attention", "ffn", "none")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise AlbertlmError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "max_seq_length", "dupe_factor", "max_predictions", "max_ngram", "batch_size", "steps",
-                     "eval_every", "eval_examples", "log_every", "checkpoint_every", "workers"):
+        for name in ("vocab_size", "batch_size", "steps", "eval_every", "eval_examples", "log_every", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.curriculum_seq_length is not None and not 8 <= self.curriculum_seq_length < self.max_seq_length:
+        length = self.build.max_seq_length
+        if self.curriculum_seq_length is not None and not 8 <= self.curriculum_seq_length < length:
             raise AlbertlmError(f"curriculum_seq_length must be in [8, max_seq_length), got {self.curriculum_seq_length}")
         if not 0 <= self.curriculum_steps <= self.steps:
             raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps}")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise AlbertlmError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise AlbertlmError(f"dropout must be in [0, 1), got {self.dropout}")
         get_preset(self.preset)  # an unknown preset fails here, before any work
-        if self.warmup_steps < 0 or not 0.0 < self.heldout_fraction < 1.0:
-            raise AlbertlmError("warmup_steps must be >= 0 and heldout_fraction in (0, 1)")
+        if self.warmup_steps < 0:
+            raise AlbertlmError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.build.heldout_fraction <= 0:
+            raise AlbertlmError("heldout_fraction must be in (0, 1): pretraining scores the held-out split")
+
+    def with_settings(self, **changes: Any) -> PretrainRecipe:
+        """This recipe with fields changed, the build's among them by their own names
+        (`max_seq_length=128`, `objective="nsp"`), as the command line takes them."""
+        build = {k: changes.pop(k) for k in list(changes) if k in BUILD_FIELDS}
+        if build:
+            changes["build"] = dataclasses.replace(changes.get("build", self.build), **build)
+        return dataclasses.replace(self, **changes)
+
+    def build_settings(self, max_seq_length: int | None = None) -> BuildSettings:
+        """The settings of this run's data build (of the curriculum's, given its length)."""
+        return dataclasses.replace(self.build, seed=self.build_seed,
+                                   max_seq_length=max_seq_length or self.build.max_seq_length)
 
     def per_device_batch(self, world_size: int, curriculum: bool = False) -> tuple[int, int]:
         """(micro-batch size, accumulation steps) for this world size; with `curriculum`, of the
@@ -141,7 +152,8 @@ class PretrainRecipe:
         per_device = self.batch_size // world_size
         micro = self.micro_batch_size or per_device
         if curriculum:
-            factor = self.max_seq_length // (self.curriculum_seq_length or self.max_seq_length)
+            length = self.build.max_seq_length
+            factor = length // (self.curriculum_seq_length or length)
             per_device, micro = per_device * factor, micro * factor
         if per_device % micro:
             raise AlbertlmError(f"the per-device batch {per_device} is not divisible by micro_batch_size {micro}")
@@ -157,14 +169,23 @@ class PretrainRecipe:
         return self.lr if self.lr is not None else scaled_lr(self.batch_size)
 
 
+def flat_settings(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A recipe as a dict (recipe.json) by its command-line names: the build's settings beside the
+    rest. Recipes written before the build settings were grouped are flat already."""
+    build = {k: v for k, v in recipe.get("build", {}).items() if k != "seed"}  # its seed is data_seed
+    return {**{k: v for k, v in recipe.items() if k != "build"}, **build}
+
+
 RECIPES: dict[str, PretrainRecipe] = {
     # The built-in run: albert-mini on the King James Bible in under 15 minutes on 2 CPU cores.
     "quick": PretrainRecipe(),
     # The paper's recipe (§4.1 and the official code): albert-base, 512 tokens, batch 4096, LAMB at
     # 0.00176 with 3,125 warmup steps, 125k steps, 15% n-gram masking with at most 20 predictions.
-    "paper": PretrainRecipe(preset="albert-base", vocab_size=30000, max_seq_length=512, batch_size=4096,
+    "paper": PretrainRecipe(preset="albert-base", vocab_size=30000, batch_size=4096,
+                            build=BuildSettings(max_seq_length=512, masked_lm_prob=0.15, max_predictions=20,
+                                                max_ngram=3, heldout_fraction=0.05, workers=2),
                             steps=125_000, warmup_steps=3125, lr=0.00176, optimizer="lamb", precision="fp32",
-                            masked_lm_prob=0.15, max_predictions=20, max_ngram=3, position_init="normal",
+                            position_init="normal",
                             token_type_init="normal", projection_init="normal", curriculum_seq_length=None,
                             curriculum_steps=0, eval_every=5000, checkpoint_every=5000, log_every=100),
 }

@@ -3,6 +3,7 @@ settings on every later start (a rerun with other settings refuses, naming saved
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,6 @@ def curriculum_dir(run_dir: Path, recipe: PretrainRecipe) -> Path | None:
 
 STAGE_FILE = "albertlm-stage.json"
 """Written into the tokenizer directory of a run: the settings the tokenizer was trained with."""
-BUILD_FIELDS = ("objective", "masking", "dupe_factor", "max_predictions", "masked_lm_prob", "max_ngram",
-                "heldout_fraction")
-"""The recipe fields a data build depends on (besides its length, corpus and seed)."""
 
 
 def _tokenizer_stage(recipe: PretrainRecipe) -> dict[str, Any]:
@@ -49,13 +47,13 @@ def check_stages(recipe: PretrainRecipe, run_dir: Path) -> None:
         compare("tokenizer/", {"vocab_size": saved["requested_vocab_size"]} if "requested_vocab_size" in saved else {},
                 {"vocab_size": recipe.vocab_size})
     short_dir = curriculum_dir(run_dir, recipe)
-    for directory, length in ((run_dir / "data", recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
+    for directory, length in ((run_dir / "data", recipe.build.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
         if directory is None or not (directory / "meta.json").exists():
             continue
         meta = read_json_object(directory / "meta.json")
         saved = {**meta.get("settings", {}), "corpus": meta.get("corpus")}
-        wanted = {"max_seq_length": length, "corpus": recipe.corpus, "seed": recipe.build_seed,
-                  **{k: getattr(recipe, k) for k in BUILD_FIELDS}}
+        wanted = {**dataclasses.asdict(recipe.build_settings(length)), "corpus": recipe.corpus}
+        wanted.pop("workers")  # how many processes built it changes nothing in it
         compare(f"{directory.name}/", saved, wanted)
     if problems:
         raise AlbertlmError(f"{run_dir}: built with other settings: {', '.join(problems)}; pass --restart to start "
@@ -77,7 +75,7 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
 
     With a curriculum, a second build of the same corpus at curriculum_seq_length goes to data-<length>/.
     """
-    from albertlm.data.build import BuildSettings, build_dataset
+    from albertlm.data.build import build_dataset
     from albertlm.data.corpus import Corpus
     from albertlm.tokenizer import train_tokenizer
 
@@ -89,15 +87,9 @@ def prepare_data(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, progre
                             seed=recipe.build_seed, strict=False)
             atomic_write_text(tok_dir / STAGE_FILE, json.dumps(_tokenizer_stage(recipe), indent=1))
         short_dir = curriculum_dir(run_dir, recipe)
-        for directory, length in ((data_dir, recipe.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
+        for directory, length in ((data_dir, recipe.build.max_seq_length), (short_dir, recipe.curriculum_seq_length)):
             if directory is None or (directory / "meta.json").exists():
                 continue
-            settings = BuildSettings(max_seq_length=length, objective=recipe.objective,
-                                     masking=recipe.masking, dupe_factor=recipe.dupe_factor,
-                                     max_predictions=recipe.max_predictions,
-                                     masked_lm_prob=recipe.masked_lm_prob, max_ngram=recipe.max_ngram,
-                                     heldout_fraction=recipe.heldout_fraction, seed=recipe.build_seed,
-                                     workers=recipe.workers)
-            build_dataset(recipe.corpus, tok_dir, directory, settings, progress=progress)
+            build_dataset(recipe.corpus, tok_dir, directory, recipe.build_settings(length), progress=progress)
     barrier(ctx)
     return tok_dir, data_dir
