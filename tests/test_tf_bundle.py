@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from albertlm.interop.tf_bundle import (BundleReader, TFCheckpointError, Unsuppo
                                         read_checkpoint, resolve_checkpoint)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf"
-READABLE = ["dtypes"]
+READABLE = ["dtypes", "google", "tfhub", "training", "groups", "albert_zh"]
 
 
 def expected_values(name: str) -> dict[str, np.ndarray]:
@@ -56,6 +57,36 @@ def test_dtypes_fixture_reports_stored_dtypes():
     assert "missing" not in reader
     with pytest.raises(TFCheckpointError, match="no tensor 'missing'"):
         reader.read("missing")
+
+
+def _load_generator():
+    """The fixture generator's variable tables (it imports TensorFlow only when writing)."""
+    spec = importlib.util.spec_from_file_location("make_tf_fixtures", FIXTURES / "make_tf_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["google", "tfhub", "training", "groups", "albert_zh"])
+def test_albert_layouts_names_and_shapes(name):
+    gen = _load_generator()
+    table = {"google": gen.google_variables(), "groups": gen.google_variables(groups=2, inner=2),
+             "albert_zh": gen.albert_zh_variables()}.get(name, gen.google_variables())
+    want = {n: shape for n, (shape, _) in table.items()}
+    if name == "tfhub":
+        want = {f"module/{n}": shape for n, shape in want.items()}
+    if name == "training":
+        want |= {f"{n}/adam_{m}": shape for n, shape in want.items() for m in "mv"}
+        want["global_step"] = ()
+    reader = BundleReader(FIXTURES / name)
+    assert {n: reader.shape(n) for n in reader.names()} == want
+    for n in reader.names():
+        assert reader.dtype(n) == ("int64" if n == "global_step" else "float32")
+    if name == "training":
+        assert reader.read("global_step").item() == 3
+    if name == "google":
+        assert reader.shape("bert/encoder/transformer/group_0/inner_group_0/ffn_1/intermediate/dense/kernel") == (32, 37)
+        assert (FIXTURES / name / "spiece.model").is_file()
 
 
 def test_read_checkpoint_reads_all():
