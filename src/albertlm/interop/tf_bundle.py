@@ -323,7 +323,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
 def _to_storage(name: str, array: np.ndarray, dtype: str) -> bytes:
     """The little-endian bytes TF stores for `array` as `dtype`."""
     if dtype == "bfloat16":
-        if array.dtype != np.float32:
+        if array.dtype.name != "float32":
             raise TFCheckpointError(f"tensor {name}: bfloat16 is written from float32, got {array.dtype}")
         bits = np.ascontiguousarray(array, dtype="<f4").view("<u4")
         if np.any(bits & 0xFFFF):
@@ -331,7 +331,7 @@ def _to_storage(name: str, array: np.ndarray, dtype: str) -> bytes:
         return (bits >> 16).astype("<u2").tobytes()
     if dtype not in _STORAGE:
         raise TFCheckpointError(f"tensor {name}: cannot write dtype {dtype}; supported: {', '.join(_CODES)}")
-    if array.dtype != np.dtype(dtype):
+    if array.dtype.name != dtype:
         raise TFCheckpointError(f"tensor {name}: array is {array.dtype} but dtype {dtype} was asked; "
                                 "cast it first")
     return np.ascontiguousarray(array, dtype=_STORAGE[dtype]).tobytes()
