@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from albertlm.errors import AlbertlmError
-from albertlm.interop.sstable import build_table, read_table
+from albertlm.interop.sstable import (read_block_handle, build_table, field_bytes, field_fixed32, field_varint,
+                                      masked_crc32c, parse_message, read_table)
 from albertlm.interop.tf_bundle import (BundleReader, TFCheckpointError, UnsupportedCheckpointError,
                                         data_filename, index_filename, read_checkpoint,
                                         resolve_checkpoint, write_checkpoint)
@@ -267,3 +268,166 @@ def test_multi_block_index_matches_tensorflow(tmp_path):
     assert len(index_filename(tmp_path / "tf").read_bytes()) > 2 * 262144
     assert index_filename(tmp_path / "ours").read_bytes() == index_filename(tmp_path / "tf").read_bytes()
     assert read_checkpoint(tmp_path / "tf").keys() == values.keys()
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged and unsupported files: one-line errors naming the file and, where known, the tensor.
+
+def one_line_error(exc_info) -> str:
+    message = str(exc_info.value)
+    assert "\n" not in message
+    return message
+
+
+def rewrite_index(prefix: Path, change) -> None:
+    """Re-encode a checkpoint's index with `change(key, value) -> value` applied (CRCs stay valid)."""
+    path = index_filename(prefix)
+    entries = read_table(path.read_bytes(), path.name)
+    path.write_bytes(build_table([(key, change(key, value)) for key, value in entries]))
+
+
+def header(num_shards: int = 1, endianness: int = 0) -> bytes:
+    out = field_varint(1, num_shards) + (field_varint(2, endianness) if endianness else b"")
+    return out + field_bytes(3, field_varint(1, 1))
+
+
+def test_truncated_index(tmp_path):
+    prefix = copy_fixture("google", tmp_path) / "model.ckpt-best"
+    index = index_filename(prefix)
+    data = index.read_bytes()
+    index.write_bytes(data[:-10])
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    assert "model.ckpt-best.index: no table magic number" in one_line_error(exc)
+    index.write_bytes(data[:30])
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    assert "model.ckpt-best.index: 30 bytes, shorter than a table footer" in one_line_error(exc)
+    index.write_bytes(data[:200] + data[-48:])  # footer intact, blocks cut away
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    assert "model.ckpt-best.index: block at offset" in one_line_error(exc)
+    assert "runs past the end" in one_line_error(exc)
+
+
+def test_truncated_data(tmp_path):
+    prefix = copy_fixture("google", tmp_path) / "model.ckpt-best"
+    shard = data_filename(prefix, 0, 1)
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    message = one_line_error(exc)
+    # The last tensor in the file is the one cut: checked against the shard size before reading.
+    assert message.startswith("model.ckpt-best.data-00000-of-00001: tensor cls/seq_relationship/output_weights: ")
+    assert "(truncated)" in message
+
+
+def test_flipped_byte_in_data_names_the_tensor(tmp_path):
+    prefix = copy_fixture("google", tmp_path) / "model.ckpt-best"
+    shard = data_filename(prefix, 0, 1)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    reader = BundleReader(prefix)  # the index is intact; the damage shows when that tensor is read
+    failed = []
+    for name in reader.names():
+        try:
+            reader.read(name)
+        except TFCheckpointError as err:
+            failed.append((name, str(err)))
+    assert len(failed) == 1
+    name, message = failed[0]
+    assert message == f"model.ckpt-best.data-00000-of-00001: tensor {name}: checksum mismatch (file corrupt)"
+    with pytest.raises(TFCheckpointError, match="checksum mismatch"):
+        read_checkpoint(prefix)
+
+
+def test_flipped_byte_in_index_block(tmp_path):
+    prefix = copy_fixture("google", tmp_path) / "model.ckpt-best"
+    index = index_filename(prefix)
+    data = bytearray(index.read_bytes())
+    data[100] ^= 0x20  # inside a tensor name in the first data block
+    index.write_bytes(bytes(data))
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    assert one_line_error(exc) == "model.ckpt-best.index: block at offset 0: checksum mismatch (file corrupt)"
+
+
+def test_missing_shard_and_missing_index(tmp_path):
+    folder = copy_fixture("google", tmp_path)
+    data_filename(folder / "model.ckpt-best", 0, 1).unlink()
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(folder)
+    assert one_line_error(exc) == ("model.ckpt-best.index: names 1 data shards but "
+                                   "model.ckpt-best.data-00000-of-00001 is missing")
+    index_filename(folder / "model.ckpt-best").unlink()
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(folder)  # the state file names a checkpoint that is gone
+    assert "names checkpoint 'model.ckpt-best' but" in one_line_error(exc)
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(folder / "model.ckpt-best")
+    assert "model.ckpt-best.index does not exist" in one_line_error(exc)
+
+
+def test_more_shards_than_files(tmp_path):
+    prefix = copy_fixture("dtypes", tmp_path) / "model.ckpt-7"
+    rewrite_index(prefix, lambda key, value: header(num_shards=2) if key == b"" else value)
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(prefix)
+    assert one_line_error(exc) == "model.ckpt-7.index: names 2 data shards but model.ckpt-7.data-00000-of-00002 is missing"
+
+
+def test_big_endian_bundle_refused(tmp_path):
+    prefix = copy_fixture("dtypes", tmp_path) / "model.ckpt-7"
+    assert parse_message(read_table(index_filename(prefix).read_bytes(), "x")[0][1]) == parse_message(header())
+    rewrite_index(prefix, lambda key, value: header(endianness=1) if key == b"" else value)
+    with pytest.raises(UnsupportedCheckpointError) as exc:
+        BundleReader(prefix)
+    assert one_line_error(exc).startswith("model.ckpt-7.index: big-endian bundle")
+
+
+def test_unknown_dtype_refused(tmp_path):
+    write_checkpoint(tmp_path / "m", {"a": np.zeros(3, np.float32), "b": np.ones(2, np.float32)})
+    # A BundleEntryProto starts with field 1 (dtype): 0x08 then the code (DT_FLOAT = 1).
+    rewrite_index(tmp_path / "m", lambda key, value: b"\x08\x63" + value[2:] if key == b"a" else value)
+    reader = BundleReader(tmp_path / "m")
+    with pytest.raises(UnsupportedCheckpointError) as exc:
+        reader.read("a")
+    assert one_line_error(exc).startswith("m.index: tensor a has dtype unknown dtype code 99; supported:")
+    np.testing.assert_array_equal(reader.read("b"), np.ones(2, np.float32))
+
+
+def test_entry_sizes_checked_before_reading(tmp_path):
+    write_checkpoint(tmp_path / "m", {"a": np.zeros(3, np.float32)})
+    entry = read_table(index_filename(tmp_path / "m").read_bytes(), "x")[1][1]
+    fields = parse_message(entry)
+    huge = field_varint(1, 1) + field_bytes(2, field_bytes(2, field_varint(1, 2**40)))
+    rewrite_index(tmp_path / "m", lambda key, value: huge + field_varint(5, 4 * 2**40) + field_fixed32(6, fields[6][0])
+                  if key == b"a" else value)
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(tmp_path / "m")  # no 4 TiB allocation: the range is checked against the file
+    assert one_line_error(exc).startswith("m.data-00000-of-00001: tensor a: bytes 0..4398046511104 lie past the end")
+    rewrite_index(tmp_path / "m", lambda key, value: entry.replace(field_varint(5, 12), field_varint(5, 8))
+                  if key == b"a" else value)
+    with pytest.raises(TFCheckpointError) as exc:
+        BundleReader(tmp_path / "m")
+    assert one_line_error(exc) == "m.index: tensor a: 8 bytes for shape [3] float32 (expected 12; corrupt)"
+
+
+def test_compressed_block_refused(tmp_path):
+    write_checkpoint(tmp_path / "m", {"a": np.zeros(3, np.float32)})
+    index = index_filename(tmp_path / "m")
+    data = bytearray(index.read_bytes())
+    # The first data block starts at 0; its handle in the index block gives its size.
+    footer = data[-48:]
+    _, _, pos = read_block_handle(bytes(footer), 0)
+    index_offset, index_size, _ = read_block_handle(bytes(footer), pos)
+    index_block = bytes(data[index_offset:index_offset + index_size])
+    key_len = index_block[1]
+    size = read_block_handle(index_block, 3 + key_len)[1]
+    data[size] = 1  # compression type: Snappy
+    data[size + 1:size + 5] = masked_crc32c(bytes(data[:size + 1])).to_bytes(4, "little")
+    index.write_bytes(bytes(data))
+    with pytest.raises(UnsupportedCheckpointError) as exc:
+        BundleReader(tmp_path / "m")
+    assert one_line_error(exc).startswith("m.index: block at offset 0 is compressed (type 1)")
