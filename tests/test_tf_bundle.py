@@ -144,6 +144,11 @@ def test_resolve_checkpoint_errors(tmp_path):
     (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-9"\n')
     with pytest.raises(TFCheckpointError, match="names checkpoint 'model.ckpt-9'"):
         resolve_checkpoint(folder)
+    (folder / "checkpoint").write_text('model_checkpoint_path: "bad\\xff"\n')
+    with pytest.raises(TFCheckpointError, match="not a valid string"):
+        resolve_checkpoint(folder)
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model\\056ckpt-7"\n')  # octal escape
+    assert resolve_checkpoint(folder) == folder / "model.ckpt-7"
     (folder / "checkpoint").write_text("garbage\n")
     with pytest.raises(TFCheckpointError, match="no model_checkpoint_path"):
         resolve_checkpoint(folder)

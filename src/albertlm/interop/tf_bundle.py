@@ -86,7 +86,10 @@ def _state_file_prefix(state: Path) -> Path:
     match = re.search(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text, re.M)
     if match is None:
         raise TFCheckpointError(f"{state}: no model_checkpoint_path line in the checkpoint state file")
-    name = match.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    try:  # a text-format string: C escapes (octal for non-ASCII bytes) over UTF-8
+        name = match.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    except (UnicodeError, ValueError):
+        raise TFCheckpointError(f"{state}: model_checkpoint_path is not a valid string") from None
     prefix = Path(name)
     if not prefix.is_absolute():
         prefix = state.parent / prefix
