@@ -34,12 +34,9 @@ markdown file given by --markdown.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
-import math
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -54,6 +51,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from harness import (Quiet, Target, append_markdown, compare, machine, matmul_peak, profile_steps,  # noqa: E402
+                     targets_markdown, warm_up_libraries)
 
 from albertlm.analysis.params import flops_per_token  # noqa: E402
 from albertlm.analysis.speed import reset_peak_rss, status_kib  # noqa: E402
@@ -68,85 +69,6 @@ THREADS = 2
 MLM_PROB = 0.15
 SEED = 0
 TOKENS_PER_BATCH = 1024  # default batch: 8 x 128, 2 x 512
-
-
-# ---------------------------------------------------------------------------- the machine
-def machine() -> dict:
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem_gb = None
-    with contextlib.suppress(OSError, ValueError):
-        mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    import transformers
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb, "threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "platform": platform.platform()}
-
-
-def _busy_seconds() -> float:
-    """CPU seconds all processes on the machine have spent busy (user, nice, system, irq, softirq, steal)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = sum(fields[:3]) + sum(fields[5:8])
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-class ForeignLoad:
-    """Context manager: the CPU cores other processes kept busy while the block ran.
-
-    All CPUs' busy time from /proc/stat minus this process's own CPU time, over the wall time.
-    Resolution is the kernel tick (10 ms), so short blocks read noisily; None where /proc is missing.
-    """
-
-    cores: float | None = None
-
-    def __enter__(self):
-        self._t, self._own = time.perf_counter(), time.process_time()
-        try:
-            self._busy = _busy_seconds()
-        except OSError:
-            self._busy = None
-        return self
-
-    def __exit__(self, *exc):
-        wall = time.perf_counter() - self._t
-        if self._busy is not None and wall > 0:
-            own = time.process_time() - self._own
-            self.cores = max(0.0, (_busy_seconds() - self._busy - own) / wall)
-        return False
-
-
-class Quiet:
-    """Waits, within a total budget, until other processes leave the CPUs (almost) alone."""
-
-    def __init__(self, max_foreign: float, budget_s: float):
-        self.max_foreign, self.budget_s, self.waited_s = max_foreign, budget_s, 0.0
-
-    def wait(self, window_s: float = 1.0) -> float | None:
-        """Sample `window_s` windows until one is quiet or the budget is spent; the last reading."""
-        while True:
-            with ForeignLoad() as load:
-                time.sleep(window_s)
-            if load.cores is None or load.cores <= self.max_foreign or self.waited_s >= self.budget_s:
-                return load.cores
-            self.waited_s += window_s
-
-
-def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 2048, reps: int = 8) -> float:
-    """GFLOP/s of the best of `reps` n x n matmuls: the machine's practical matmul peak."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
 
 
 # ---------------------------------------------------------------------------- models and batches
@@ -227,64 +149,6 @@ def parity(ours, theirs, batch: dict) -> float:
     return float((a[keep] - b[keep]).abs().max())
 
 
-# ---------------------------------------------------------------------------- timing
-def compare(fns: dict[str, Callable[[], None]], repeats: int, quiet: Quiet, log: Callable[[str], None],
-            warmup: int = 1, max_retries: int | None = None, min_sample_s: float = 0.5) -> dict:
-    """Time the callables in alternation: `warmup` untimed rounds, then `repeats` kept rounds.
-
-    A round calls every function once, in the given order; a function faster than `min_sample_s`
-    (judged from the warm-up) is called several times in a row and timed per call, so that every
-    sample spans enough kernel ticks to read the other processes' load. A round during which other
-    processes used more than quiet.max_foreign cores is discarded and redone, at most
-    `max_retries` times (default: 3 x repeats); after that the remaining rounds are kept whatever
-    the load (the row shows it).
-    Returns {"seconds": {name: [s per call, per kept round]}, "calls_per_sample": {name: n},
-    "foreign_cores": [max per kept round], "discarded": n}.
-    """
-    max_retries = 3 * repeats if max_retries is None else max_retries
-    inner = {}
-    for name, fn in fns.items():
-        for i in range(max(1, warmup)):
-            t = time.perf_counter()
-            fn()
-            elapsed = time.perf_counter() - t
-        inner[name] = max(1, min(50, math.ceil(min_sample_s / max(elapsed, 1e-6))))
-    seconds: dict[str, list[float]] = {k: [] for k in fns}
-    foreign, discarded = [], 0
-    while len(foreign) < repeats:
-        quiet.wait()
-        times, loads = {}, []
-        for name, fn in fns.items():
-            with ForeignLoad() as load:
-                t = time.perf_counter()
-                for _ in range(inner[name]):
-                    fn()
-                times[name] = (time.perf_counter() - t) / inner[name]
-            loads.append(load.cores or 0.0)
-        if max(loads) > quiet.max_foreign and discarded < max_retries:
-            discarded += 1
-            log(f"    discarded a round: other processes used {max(loads):.2f} cores")
-            continue
-        for k, v in times.items():
-            seconds[k].append(v)
-        foreign.append(round(max(loads), 3))
-    return {"seconds": seconds, "calls_per_sample": inner, "foreign_cores": foreign, "discarded": discarded}
-
-
-def profile_steps(fns: dict[str, Callable[[], None]], log: Callable[[str], None], rows: int = 15) -> dict[str, str]:
-    """torch.profiler's table of the ops that take the most time in one call of each function."""
-    from torch.profiler import ProfilerActivity, profile
-
-    tables = {}
-    for name, fn in fns.items():
-        fn()  # warm
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-        tables[name] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
-        log(f"  profile {name}:\n{tables[name]}")
-    return tables
-
-
 def summarise(timing: dict, tokens: int) -> dict:
     """Median seconds and tokens/s per name, and every name's ratio to "hf" (MFU is added at the end)."""
     out = {"tokens": tokens, "foreign_cores": timing["foreign_cores"], "discarded": timing["discarded"]}
@@ -313,7 +177,7 @@ def memory_child(spec: dict) -> dict:
     torch.set_num_threads(THREADS)
     import transformers  # noqa: F401  (imported before the baseline in both cases)
 
-    _warm_up_libraries()
+    warm_up_libraries()
     base_kb = status_kib("VmRSS")
     config = get_preset(spec["preset"])
     torch.manual_seed(SEED)
@@ -339,17 +203,6 @@ def memory_child(spec: dict) -> dict:
         peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_mb": round((peak_kb - base_kb) / 1024, 1), "baseline_mb": round(base_kb / 1024, 1),
             "method": method}
-
-
-def _warm_up_libraries() -> None:
-    """One small training step of unrelated layers, so that the libraries' one-time state (thread
-    pools, BLAS / oneDNN buffers, the autograd engine) is in the baseline, not in the model's peak."""
-    layer = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64), torch.nn.LayerNorm(64))
-    opt = torch.optim.AdamW(layer.parameters())
-    x = layer(torch.randn(4, 16, 64)).view(4, 16, 4, 16).transpose(1, 2)
-    y = torch.nn.functional.scaled_dot_product_attention(x, x, x).sum(1)
-    torch.nn.functional.cross_entropy(y.reshape(-1, 16), torch.zeros(64, dtype=torch.long)).backward()
-    opt.step()
 
 
 def measure_memory(spec: dict, log: Callable[[str], None]) -> dict:
@@ -567,30 +420,27 @@ def _find(result: dict, preset: str, mode: str, S: int, B: int) -> dict | None:
 
 def targets(result: dict) -> list[dict]:
     """The speed targets, each with its measured value (None when the run did not measure it)."""
-    out = []
-
-    def add(name: str, value, threshold: float, higher: bool = True, unit: str = "x"):
-        met = None if value is None else (value >= threshold if higher else value <= threshold)
-        out.append({"target": name, "measured": value, "threshold": threshold, "unit": unit, "met": met})
-
     def ratio(preset, mode, S, B, key="ratio_vs_hf"):
         row = _find(result, preset, mode, S, B)
         return row["ours"][key] if row else None
 
-    add("train albert-tiny 8x128 vs HF", ratio("albert-tiny", "train", 128, 8), 2.0)
-    add("train albert-base 8x128 vs HF", ratio("albert-base", "train", 128, 8), 1.2)
-    add("train albert-base 8x128 MFU", ratio("albert-base", "train", 128, 8, "mfu"), 0.80, unit="")
-    add("train albert-large 8x128 vs HF", ratio("albert-large", "train", 128, 8), 1.15)
-    add("infer albert-base 8x128 vs HF", ratio("albert-base", "infer", 128, 8), 1.2)
-    add("infer albert-base 1x128 vs HF", ratio("albert-base", "infer", 128, 1), 1.3)
     mixed = result.get("mixed") or {}
-    add("mixed lengths: unpadded vs padded (train)", mixed.get("train", {}).get("unpad_speedup"), 1.5)
     mems = [m for m in result["memory"] if "ours_vs_hf" in m]
-    worst = max((m["ours_vs_hf"] for m in mems), default=None)
-    add("peak train memory ours / HF (worst row)", worst, 1.0, higher=False, unit="")
     large = [m["ckpt_cut"] for m in mems if m["preset"] == "albert-large"]
-    add("activation checkpointing cut, albert-large (worst row)", min(large) if large else None, 0.40, unit="")
-    return out
+    out = [
+        Target("train albert-tiny 8x128 vs HF", ratio("albert-tiny", "train", 128, 8), 2.0),
+        Target("train albert-base 8x128 vs HF", ratio("albert-base", "train", 128, 8), 1.2),
+        Target("train albert-base 8x128 MFU", ratio("albert-base", "train", 128, 8, "mfu"), 0.80, unit=""),
+        Target("train albert-large 8x128 vs HF", ratio("albert-large", "train", 128, 8), 1.15),
+        Target("infer albert-base 8x128 vs HF", ratio("albert-base", "infer", 128, 8), 1.2),
+        Target("infer albert-base 1x128 vs HF", ratio("albert-base", "infer", 128, 1), 1.3),
+        Target("mixed lengths: unpadded vs padded (train)", mixed.get("train", {}).get("unpad_speedup"), 1.5),
+        Target("peak train memory ours / HF (worst row)", max((m["ours_vs_hf"] for m in mems), default=None), 1.0,
+               higher_is_better=False, unit=""),
+        Target("activation checkpointing cut, albert-large (worst row)", min(large) if large else None, 0.40,
+               unit=""),
+    ]
+    return [t.as_dict() for t in out]
 
 
 def markdown(result: dict) -> str:
@@ -654,22 +504,8 @@ def markdown(result: dict) -> str:
         lines += ["", f"Length bucketing ({bk['examples']} examples, inference, each batch padded to its longest): "
                   f"random batches compute {bk['padded_tokens_random']} positions, bucketed {bk['padded_tokens_bucketed']} "
                   f"(real {bk['real_tokens']}); bucketed runs **{bk['speedup']:.2f}x** faster."]
-    lines += ["", "Targets:", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
-    for t in result["targets"]:
-        v = t["measured"]
-        shown = "-" if v is None else (f"{v:.2f}{t['unit']}" if t["unit"] else f"{v:.2f}")
-        op = ">=" if t["target"] != "peak train memory ours / HF (worst row)" else "<="
-        met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
-        lines.append(f"| {t['target']} | {shown} | {op} {t['threshold']} | {met} |")
+    lines += ["", "Targets:", "", *targets_markdown(result["targets"])]
     return "\n".join(lines) + "\n"
-
-
-def append_markdown(path: Path, text: str) -> None:
-    header = ("# Benchmarks\n\nDated results of the scripts in `benchmarks/`, newest last; each section names the "
-              "command that made it and the JSON with the raw numbers.\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    existing = path.read_text(encoding="utf-8") if path.exists() else header
-    path.write_text(existing.rstrip("\n") + "\n\n" + text, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------- CLI

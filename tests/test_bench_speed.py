@@ -59,3 +59,15 @@ def test_report_from_a_result(bench):
     assert met["train albert-large 8x128 vs HF"] is None
     text = bench.markdown(result)
     assert "| albert-base | train | 8 x 128 | 330 | 254 | **1.30x** | 88% | 68% |" in text
+
+
+def test_targets_carry_their_comparison(bench):
+    higher = bench.Target("speed-up", 1.5, 1.2)
+    lower = bench.Target("memory ratio", 1.1, 1.0, higher_is_better=False, unit="")
+    unmeasured = bench.Target("not run", None, 2.0)
+    assert (higher.met, lower.met, unmeasured.met) == (True, False, None)
+    table = "\n".join(bench.targets_markdown([t.as_dict() for t in (higher, lower, unmeasured)]))
+    assert "| speed-up | 1.50x | >= 1.2 | yes |" in table
+    assert "| memory ratio | 1.10 | <= 1.0 | **no** |" in table and "not measured" in table
+    empty = {"speed": [], "memory": [], "mixed": {}}
+    assert all(t["met"] is None for t in bench.targets(empty))  # nothing measured, nothing claimed
