@@ -81,3 +81,19 @@ def test_every_build_setting_is_a_pretrain_flag():
     assert (built.short_seq_prob, built.block_documents, built.max_ngram, built.objective) == (0.3, 16, 2, "nsp")
     assert built.max_seq_length == 16 and built.seed == 7 and recipe.seed == 5
     assert recipe.build.heldout_fraction == RECIPES["quick"].build.heldout_fraction  # unset: the quick recipe's
+
+
+def test_a_recipes_command_line_gives_the_recipe_back():
+    import dataclasses
+    import shlex
+
+    from albertlm.cli import build_parser, pretrain_recipe
+    from albertlm.train.pretrain import RECIPES
+    from albertlm.train.pretrain_recipe import pretrain_command
+
+    recipe = RECIPES["quick"].with_settings(max_seq_length=128, objective="nsp", short_seq_prob=0.2, steps=1900,
+                                            sharing="none", curriculum_seq_length=32)
+    command = pretrain_command(dataclasses.asdict(recipe), "r", "DIR")
+    assert "--short-seq-prob 0.2" in command and "--objective nsp" in command
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert pretrain_recipe(args) == recipe

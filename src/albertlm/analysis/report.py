@@ -237,10 +237,6 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
     Returns:
         The path of report.md.
     """
-    from albertlm.analysis.figures import plot_curves, plot_speed, plot_study, plot_table5
-    from albertlm.analysis.report_md import PAPER_TABLE5
-    from albertlm.analysis.smoothness import plot_smoothness
-
     _check_inputs(settings)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -274,16 +270,7 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         timings["3-5 study"] = time.perf_counter() - t
 
         log("report: figures")
-        figures = {"speed": "speed.png", "study": "embedding_sharing.png", "table5": "objectives.png",
-                   "smoothness": "smoothness.png", "curves": "training_curves.png"}
-        plot_speed(speed, out / figures["speed"])
-        plot_study(study["variants"], out / figures["study"],
-                   f"Held-out [MASK] accuracy vs parameters ({study_settings.preset}, {study['plan']['steps']} steps, "
-                   f"{len(study['seeds'])} seeds)")
-        plot_table5(study["table5"], PAPER_TABLE5, out / figures["table5"])
-        plot_smoothness({k: v for k, v in study["smoothness"].items()}, out / figures["smoothness"],
-                        "Input vs output of every layer, held-out tokens (Figure 1)")
-        plot_curves(_training_curves(study), out / figures["curves"])
+        figures = _figures(speed, study, study_settings.preset, out)
         wall = time.perf_counter() - start
         timings["total"] = wall
         env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
@@ -298,3 +285,21 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         return path
     finally:
         torch.set_num_threads(saved_threads)
+
+
+def _figures(speed: dict[str, Any], study: dict[str, Any], preset: str, out: Path) -> dict[str, str]:
+    """Draw the report's figures into `out`; their file names by section."""
+    from albertlm.analysis.figures import plot_curves, plot_speed, plot_study, plot_table5
+    from albertlm.analysis.report_md import PAPER_TABLE5
+    from albertlm.analysis.smoothness import plot_smoothness
+
+    figures = {"speed": "speed.png", "study": "embedding_sharing.png", "table5": "objectives.png",
+               "smoothness": "smoothness.png", "curves": "training_curves.png"}
+    plot_speed(speed, out / figures["speed"])
+    plot_study(study["variants"], out / figures["study"], f"Held-out [MASK] accuracy vs parameters ({preset}, "
+               f"{study['plan']['steps']} steps, {len(study['seeds'])} seeds)")
+    plot_table5(study["table5"], PAPER_TABLE5, out / figures["table5"])
+    plot_smoothness(dict(study["smoothness"]), out / figures["smoothness"],
+                    "Input vs output of every layer, held-out tokens (Figure 1)")
+    plot_curves(_training_curves(study), out / figures["curves"])
+    return figures

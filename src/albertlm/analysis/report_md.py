@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-import shlex
 from typing import Any
 
 from albertlm.analysis.params import PAPER_TOLERANCE_M
+from albertlm.train.pretrain_recipe import pretrain_command
 
 PAPER_TABLE3 = {("none", 64): (87, 81.3), ("none", 128): (89, 81.7), ("none", 256): (93, 81.8),
                 ("none", 768): (108, 82.3), ("all", 64): (10, 79.0), ("all", 128): (12, 80.1),
@@ -442,17 +441,6 @@ def _smoothness(r: dict) -> list[str]:
             f"![smoothness]({r['figures']['smoothness']})", ""]
 
 
-def _pretrain_command(recipe: dict, name: str, out_dir: str) -> str:
-    from albertlm.train.pretrain_recipe import PretrainRecipe, flat_settings
-
-    defaults = flat_settings(dataclasses.asdict(PretrainRecipe()))
-    args = ["albertlm", "pretrain", "--name", name, "--out-dir", out_dir, "--no-progress"]
-    for k, v in flat_settings(recipe).items():
-        if v != defaults.get(k) and v is not None:  # None only where another flag turns the feature off
-            args += [f"--{k.replace('_', '-')}", str(v)]
-    return shlex.join(args)
-
-
 def _repro(r: dict) -> list[str]:
     s, env, t = r["settings"], r["environment"], r["timings"]
     st = r["study"]
@@ -488,7 +476,7 @@ def _repro(r: dict) -> list[str]:
              "Each study run can be repeated alone: copy `study/shared/<objective>/{tokenizer,data}` into a fresh "
              "run directory `DIR/NAME` (so the same tokenizer and shards are used), then:", "", "```"]
     for name, x in st["runs"].items():
-        lines.append(_pretrain_command(x["recipe"], name, "DIR"))
+        lines.append(pretrain_command(x["recipe"], name, "DIR"))
     lines += ["```", "", "Files: `results.json` (every number), `report.log`, `study/runs/<name>/` (recipe.json, "
               "metrics.jsonl, tensorboard/, model/ loadable by transformers), `study/shared/` (tokenizer and "
               "the three data builds).", ""]

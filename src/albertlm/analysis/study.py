@@ -278,98 +278,20 @@ def _run_study(settings: StudySettings, root: Path, seconds_available: float, lo
                started: float | None, hf_checkpoint: str | None, sst2_dir: Path | None,
                finetune_share: float) -> dict[str, Any]:
     """run_study()'s body, run inside a fork of torch's global generator."""
-    from albertlm.analysis.smoothness import UNTRAINED, reencode_batches, smoothness, unmasked_heldout_batches
-    from albertlm.model import AlbertForPreTraining, AlbertModel
-
     t0 = started if started is not None else time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
     shared = prepare_shared(settings, root / "shared", log)
-    step_seconds = measure_step_seconds(settings, shared["sop"])
-    plan_variants = variants(settings)
-    run_seeds = seeds(settings)
-    left = seconds_available - (time.perf_counter() - t0)
-    reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
-    n_runs = len(plan_variants) * len(run_seeds)
-    plan = plan_steps(left - reserve, n_runs, step_seconds, settings, finetune_share if sst2_dir else 0.0)
-    plan["steps_from"] = "the budget"
-    if settings.steps is not None:  # fixed: the budget only sets the fine-tuning share's time
-        plan.update(steps=settings.steps, steps_from="fixed (--steps)")
-    plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve,
-                curriculum_steps=curriculum_steps(settings, int(plan["steps"])), runs=n_runs)
-    log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {len(plan_variants)} variants x "
-        f"{len(run_seeds)} seeds ({plan['per_run_seconds']:.0f} s each)")
-    ctx = DistContext()
-    runs: dict[str, dict[str, Any]] = {}
-    for seed in run_seeds:  # seed-major: the first seed's runs are complete before the second's begin
-        for v in plan_variants:
-            name = run_name(v, seed)
-            run_dir = root / "runs" / name
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # every number comes from this run
-            _copy_data(shared[v.objective], run_dir)
-            recipe = recipe_for(settings, v, int(plan["steps"]), seed)
-            log(f"study: pretraining {name} ({recipe.steps} steps)")
-            start = time.perf_counter()
-            summary = pretrain(recipe, run_dir, ctx, progress=False)
-            config = AlbertForPreTraining.from_pretrained(run_dir / "model").config
-            count = count_parameters(config)
-            runs[name] = {"variant": dataclasses.asdict(v), "seed": seed, "recipe": dataclasses.asdict(recipe),
-                          "summary": summary, "seconds": time.perf_counter() - start,
-                          "backbone": count.backbone, "with_heads": count.with_heads}
-            log(f"study: {name}: [MASK] accuracy {100 * summary['eval']['mlm_mask_accuracy']:.1f}%")
-            if sst2_dir is not None:
-                runs[name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
-
-    # Table 5: every objective's model on the held-out pairs of every build, for every seed
+    plan = _plan(settings, shared, seconds_available - (time.perf_counter() - t0), seconds_available,
+                 finetune_share if sst2_dir else 0.0, log)
+    runs = _pretrain_runs(settings, root, shared, plan, sst2_dir, log)
     base = base_embedding(settings)
-    heldout = {o: _heldout(shared[o] / "data", settings) for o in ("sop", "nsp", "none")}
-    table5: dict[str, dict[str, Any]] = {}
-    for objective in ("none", "nsp", "sop"):
-        variant = Variant(f"e{base}-all" + ("" if objective == "sop" else f"-{objective}"), base, "all", objective)
-        per_seed = []
-        for seed in run_seeds:
-            name = run_name(variant, seed)
-            model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
-            scores = {task: evaluate(model, heldout[task], ctx, max_examples=settings.eval_examples)
-                      for task in ("none", "nsp", "sop")}
-            per_seed.append({"run": name, "seed": seed, "mlm_accuracy": scores["none"]["mlm_mask_accuracy"],
-                             "nsp_accuracy": scores["nsp"]["sop_accuracy"],
-                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores})
-            log(f"study: Table 5 {name}: MLM {per_seed[-1]['mlm_accuracy']:.3f} "
-                f"NSP {per_seed[-1]['nsp_accuracy']:.3f} SOP {per_seed[-1]['sop_accuracy']:.3f}")
-        table5[objective] = {"variant": variant.name, "per_seed": per_seed,
-                             **{k: _mean([x[k] for x in per_seed])
-                                for k in ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")},
-                             "pairs": {t: int(per_seed[0]["scores"][t]["examples"]) for t in ("nsp", "sop")},
-                             "baseline": {t: per_seed[0]["scores"][t]["baseline_sop_accuracy"]
-                                          for t in ("nsp", "sop")}}
-
-    # Figure 1: smoothness of the all-shared and not-shared models (first seed) and an HF checkpoint
-    batches = unmasked_heldout_batches(shared["sop"] / "data", batch_size=32, max_examples=settings.eval_examples,
-                                       seed=settings.seed)
-    curves: dict[str, Any] = {}
-    first = run_seeds[0]
-    for sharing, label in (("all", "all-shared (ALBERT)"), ("none", "not-shared (BERT-style)")):
-        name = run_name(Variant(f"e{base}-{sharing}", base, sharing), first)
-        trained = AlbertModel.from_pretrained(root / "runs" / name / "model")
-        curves[label] = {"run": name, **smoothness(trained, batches)}
-        torch.manual_seed(first)  # the same architecture before training: what training changed
-        curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
-                                     **smoothness(AlbertModel(trained.config), batches)}
-    if hf_checkpoint:
-        from albertlm.tokenizer import Tokenizer
-
-        model = AlbertModel.from_pretrained(hf_checkpoint)
-        source = Tokenizer.load(shared["sop"] / "tokenizer")
-        target = Tokenizer.load(hf_checkpoint)
-        hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
-        label = f"{Path(hf_checkpoint).name} (--hf-checkpoint)"
-        curves[label] = {"run": str(hf_checkpoint), **smoothness(model, hf_batches)}
+    table5 = _table5(settings, root, shared, base, log)
+    curves = _figure1(settings, root, shared, base, hf_checkpoint)
     log("study: smoothness measured")
     builds = {o: json.loads((shared[o] / "data" / "meta.json").read_text()) for o in shared}
     shape = get_preset(settings.preset)
     return {"settings": dataclasses.asdict(settings), "hidden": shape.hidden_size, "layers": shape.num_hidden_layers,
-            "plan": plan, "seeds": run_seeds, "runs": runs, "variants": aggregate(runs), "table5": table5,
+            "plan": plan, "seeds": seeds(settings), "runs": runs, "variants": aggregate(runs), "table5": table5,
             "smoothness": curves, "base_embedding": base,
             "builds": {o: {"documents": b["documents"], "text_tokens": b["text_tokens"], "splits": b["splits"]}
                        for o, b in builds.items()}}
@@ -417,3 +339,107 @@ def _finetune_sst2(run_dir: Path, sst2_dir: Path, plan: dict[str, float], settin
     results = finetune("sst-2", run_dir / "model", sst2_dir, run_dir / "sst2", recipe, progress=False)
     return {"accuracy": results["best"].get("accuracy"), "steps": steps,
             "dev_examples": results["dev_examples"], "seconds": results["train_seconds"]}
+
+
+def _plan(settings: StudySettings, shared: dict[str, Path], left: float, seconds_available: float,
+          finetune_share: float, log: Callable[[str], None]) -> dict[str, Any]:
+    """Steps per run from the time left after the builds (or --steps), with the numbers behind them."""
+    step_seconds = measure_step_seconds(settings, shared["sop"])
+    reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
+    n_variants, n_seeds = len(variants(settings)), len(seeds(settings))
+    plan = plan_steps(left - reserve, n_variants * n_seeds, step_seconds, settings, finetune_share)
+    plan["steps_from"] = "the budget"
+    if settings.steps is not None:  # fixed: the budget only sets the fine-tuning share's time
+        plan.update(steps=settings.steps, steps_from="fixed (--steps)")
+    plan.update(seconds_available=seconds_available, seconds_left_after_setup=left, reserve_seconds=reserve,
+                curriculum_steps=curriculum_steps(settings, int(plan["steps"])), runs=n_variants * n_seeds)
+    log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {n_variants} variants x "
+        f"{n_seeds} seeds ({plan['per_run_seconds']:.0f} s each)")
+    return plan
+
+
+def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path], plan: dict[str, Any],
+                   sst2_dir: Path | None, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Every variant at every seed, seed-major (the first seed's runs are complete before the
+    second's begin); each run starts from an empty directory, so every number comes from it."""
+    from albertlm.model import AlbertForPreTraining
+
+    runs: dict[str, dict[str, Any]] = {}
+    for seed in seeds(settings):
+        for v in variants(settings):
+            name = run_name(v, seed)
+            run_dir = root / "runs" / name
+            if run_dir.exists():
+                shutil.rmtree(run_dir)
+            _copy_data(shared[v.objective], run_dir)
+            recipe = recipe_for(settings, v, int(plan["steps"]), seed)
+            log(f"study: pretraining {name} ({recipe.steps} steps)")
+            start = time.perf_counter()
+            summary = pretrain(recipe, run_dir, DistContext(), progress=False)
+            count = count_parameters(AlbertForPreTraining.from_pretrained(run_dir / "model").config)
+            runs[name] = {"variant": dataclasses.asdict(v), "seed": seed, "recipe": dataclasses.asdict(recipe),
+                          "summary": summary, "seconds": time.perf_counter() - start,
+                          "backbone": count.backbone, "with_heads": count.with_heads}
+            log(f"study: {name}: [MASK] accuracy {100 * summary['eval']['mlm_mask_accuracy']:.1f}%")
+            if sst2_dir is not None:
+                runs[name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
+    return runs
+
+
+def _table5(settings: StudySettings, root: Path, shared: dict[str, Path], base: int,
+            log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Table 5: every objective's model on the held-out pairs of every build, for every seed."""
+    from albertlm.model import AlbertForPreTraining
+
+    heldout = {o: _heldout(shared[o] / "data", settings) for o in ("sop", "nsp", "none")}
+    table5: dict[str, dict[str, Any]] = {}
+    for objective in ("none", "nsp", "sop"):
+        variant = Variant(f"e{base}-all" + ("" if objective == "sop" else f"-{objective}"), base, "all", objective)
+        per_seed = []
+        for seed in seeds(settings):
+            name = run_name(variant, seed)
+            model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
+            scores = {task: evaluate(model, heldout[task], DistContext(), max_examples=settings.eval_examples)
+                      for task in ("none", "nsp", "sop")}
+            per_seed.append({"run": name, "seed": seed, "mlm_accuracy": scores["none"]["mlm_mask_accuracy"],
+                             "nsp_accuracy": scores["nsp"]["sop_accuracy"],
+                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores})
+            log(f"study: Table 5 {name}: MLM {per_seed[-1]['mlm_accuracy']:.3f} "
+                f"NSP {per_seed[-1]['nsp_accuracy']:.3f} SOP {per_seed[-1]['sop_accuracy']:.3f}")
+        table5[objective] = {"variant": variant.name, "per_seed": per_seed,
+                             **{k: _mean([x[k] for x in per_seed])
+                                for k in ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")},
+                             "pairs": {t: int(per_seed[0]["scores"][t]["examples"]) for t in ("nsp", "sop")},
+                             "baseline": {t: per_seed[0]["scores"][t]["baseline_sop_accuracy"]
+                                          for t in ("nsp", "sop")}}
+    return table5
+
+
+def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base: int,
+             hf_checkpoint: str | None) -> dict[str, Any]:
+    """Figure 1: smoothness of the all-shared and not-shared models (first seed), each also at its
+    initialisation, and of an HF checkpoint when given."""
+    from albertlm.analysis.smoothness import UNTRAINED, reencode_batches, smoothness, unmasked_heldout_batches
+    from albertlm.model import AlbertModel
+
+    batches = unmasked_heldout_batches(shared["sop"] / "data", batch_size=32, max_examples=settings.eval_examples,
+                                       seed=settings.seed)
+    curves: dict[str, Any] = {}
+    first = seeds(settings)[0]
+    for sharing, label in (("all", "all-shared (ALBERT)"), ("none", "not-shared (BERT-style)")):
+        name = run_name(Variant(f"e{base}-{sharing}", base, sharing), first)
+        trained = AlbertModel.from_pretrained(root / "runs" / name / "model")
+        curves[label] = {"run": name, **smoothness(trained, batches)}
+        torch.manual_seed(first)  # the same architecture before training: what training changed
+        curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
+                                     **smoothness(AlbertModel(trained.config), batches)}
+    if hf_checkpoint:
+        from albertlm.tokenizer import Tokenizer
+
+        model = AlbertModel.from_pretrained(hf_checkpoint)
+        source = Tokenizer.load(shared["sop"] / "tokenizer")
+        target = Tokenizer.load(hf_checkpoint)
+        hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
+        curves[f"{Path(hf_checkpoint).name} (--hf-checkpoint)"] = {"run": str(hf_checkpoint),
+                                                                    **smoothness(model, hf_batches)}
+    return curves

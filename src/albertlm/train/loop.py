@@ -94,6 +94,33 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def _accumulate(model: nn.Module, micro_batches: Sequence[Batch], loss_fn: LossFn, totals: dict[str, float],
+                ctx: DistContext, settings: StepSettings, scaler: torch.amp.GradScaler | None
+                ) -> tuple[float, dict[str, float]]:
+    """Forward and backward of every micro-batch, gradients synchronised on the last one only.
+    Returns (this rank's loss sum, its metric sums)."""
+    # DDP averages gradients over ranks; our losses are already global sums, so undo the average.
+    scale = float(ctx.world_size)
+    sums: dict[str, float] = {}
+    loss_total = 0.0
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = contextlib.nullcontext()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter on the last micro-batch only
+            model.set_requires_gradient_sync(last)
+        elif not last and hasattr(model, "no_sync"):  # DDP: all-reduce on the last micro-batch only
+            sync = model.no_sync()
+        with sync:
+            with autocast(ctx.device, settings.precision):
+                loss, metrics = loss_fn(model, batch, totals)
+            scaled = loss * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_total += float(loss.detach())
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + float(v)
+    return loss_total, sums
+
+
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches: Sequence[Batch], *,
                lr: float, loss_fn: LossFn, count_fn: CountFn, ctx: DistContext,
                settings: StepSettings, scaler: torch.amp.GradScaler | None = None) -> dict[str, Any]:
@@ -116,26 +143,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, micro_batches
     names = sorted(count_fn(micro_batches[0]))
     local = torch.tensor([[count_fn(b)[n] for n in names] for b in micro_batches], dtype=torch.float64).sum(0)
     totals = dict(zip(names, all_reduce_sum(local.to(ctx.device), ctx).tolist()))
-    # DDP averages gradients over ranks; our losses are already global sums, so undo the average.
-    scale = float(ctx.world_size)
-    sums: dict[str, float] = {}
-    loss_total = 0.0
-    for i, batch in enumerate(micro_batches):
-        last = i == len(micro_batches) - 1
-        sync = contextlib.nullcontext()
-        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: reduce-scatter on the last micro-batch only
-            model.set_requires_gradient_sync(last)
-        elif not last and hasattr(model, "no_sync"):  # DDP: all-reduce on the last micro-batch only
-            sync = model.no_sync()
-        with sync:
-            with autocast(ctx.device, settings.precision):
-                loss, metrics = loss_fn(model, batch, totals)
-            scaled = loss * scale
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_total += float(loss.detach())
-        for k, v in metrics.items():
-            sums[k] = sums.get(k, 0.0) + float(v)
-
+    loss_total, sums = _accumulate(model, micro_batches, loss_fn, totals, ctx, settings, scaler)
     if scaler is not None:
         scaler.unscale_(optimizer)
     params = [p for p in model.parameters() if p.grad is not None]

@@ -150,25 +150,36 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
         mine = list(range(lo, min(lo + chunk, limit)))[ctx.rank::ctx.world_size]
         weight = 1.0 if mine else 0.0
         batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])]).items()}
-        out = unwrap(model)(**batch)
-        kinds = {k: v[out.prediction_mask] for k, v in position_kinds(batch["input_ids"], batch["labels"]).items()}
-        targets = batch["labels"][out.prediction_mask]
-        logits = out.prediction_logits.float()
-        losses = nn.functional.cross_entropy(logits, targets, reduction="none")
-        guess = logits.argmax(-1)
-        right = guess == targets
-        base = baselines.predict(batch["input_ids"], out.prediction_mask)
-        at_mask = kinds["mask"].cpu()
-        row = ([float(losses[kinds[k]].sum()) for k in KINDS] + [float(right[kinds[k]].sum()) for k in KINDS]
-               + [float(kinds[k].sum()) for k in KINDS]
-               + [float((base[b][at_mask] == targets.cpu()[at_mask]).sum()) for b in ("unigram", "bigram")]
-               + [float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
-                  float(batch["sentence_order_label"].sum()), float(len(batch["labels"]))])
-        sums += weight * torch.tensor(row, dtype=torch.float64)
-        predicted_at_mask += weight * torch.bincount(guess[kinds["mask"]].cpu(), minlength=config.vocab_size).double()
+        row, guess_at_mask = _batch_sums(unwrap(model)(**batch), batch, baselines)
+        sums += weight * row
+        predicted_at_mask += weight * torch.bincount(guess_at_mask, minlength=config.vocab_size).double()
     model.train()
     s = dict(zip(names, all_reduce_sum(sums.to(ctx.device), ctx).cpu().tolist()))
     distinct = int((all_reduce_sum(predicted_at_mask.to(ctx.device), ctx) > 0).sum())
+    return _metrics(s, distinct)
+
+
+def _batch_sums(out, batch: dict[str, torch.Tensor], baselines: TokenBaselines) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch's sums in `evaluate`'s order (loss, correct and count per kind; unigram and bigram
+    correct at [MASK]; SOP correct, SOP ones, examples), and the predictions at [MASK] positions."""
+    kinds = {k: v[out.prediction_mask] for k, v in position_kinds(batch["input_ids"], batch["labels"]).items()}
+    targets = batch["labels"][out.prediction_mask]
+    logits = out.prediction_logits.float()
+    losses = nn.functional.cross_entropy(logits, targets, reduction="none")
+    guess = logits.argmax(-1)
+    right = guess == targets
+    base = baselines.predict(batch["input_ids"], out.prediction_mask)
+    at_mask = kinds["mask"].cpu()
+    row = ([float(losses[kinds[k]].sum()) for k in KINDS] + [float(right[kinds[k]].sum()) for k in KINDS]
+           + [float(kinds[k].sum()) for k in KINDS]
+           + [float((base[b][at_mask] == targets.cpu()[at_mask]).sum()) for b in ("unigram", "bigram")]
+           + [float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum()),
+              float(batch["sentence_order_label"].sum()), float(len(batch["labels"]))])
+    return torch.tensor(row, dtype=torch.float64), guess[kinds["mask"]].cpu()
+
+
+def _metrics(s: dict[str, float], distinct: int) -> dict[str, float]:
+    """`evaluate`'s results from the all-reduced sums."""
     total = sum(s[f"{k}_count"] for k in KINDS)
     n_mask = max(s["mask_count"], 1.0)
     result = {f"mlm_{k}_accuracy": s[f"{k}_correct"] / max(s[f"{k}_count"], 1.0) for k in KINDS}

@@ -204,95 +204,111 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     return summary
 
 
+class _RunHooks:
+    """What the shared step loop calls back into during pretraining: the batches of each step (the
+    curriculum's short examples first), the training log, held-out evaluation and checkpoints, with
+    the state they share (tokens seen, the throughput window, the last held-out metrics)."""
+
+    def __init__(self, recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, datasets: tuple, baselines, tokens_seen: int, elapsed_before: float):
+        self.recipe, self.run_dir, self.ctx, self.model, self.optimizer = recipe, run_dir, ctx, model, optimizer
+        self.train_data, self.short_data, self.heldout = datasets
+        self.baselines, self.elapsed_before = baselines, elapsed_before
+        self.micro, self.accum = recipe.per_device_batch(ctx.world_size)
+        self.short_micro = recipe.per_device_batch(ctx.world_size, curriculum=True)[0]
+        self.it = iter(self.train_data)
+        self.short_it = iter(self.short_data) if self.short_data is not None else None
+        self.logger = MetricsLogger(run_dir, enabled=ctx.is_main)
+        self.cadence = Cadence(recipe.steps, recipe.log_every, recipe.eval_every, recipe.checkpoint_every)
+        self.start = time.perf_counter()
+        self.tokens_seen, self.step_tokens = tokens_seen, 0
+        self.window_tokens, self.window_start = 0, time.perf_counter()
+        self.eval_metrics: dict[str, float] = {}
+
+    def log_setup(self, step: int, precision: str) -> None:
+        model, ctx = unwrap(self.model), self.ctx
+        self.logger.log(step, "setup", {"parameters": model.num_parameters(), "allreduce_bytes_per_step":
+                                        gradient_bytes(model) if ctx.distributed else 0, "world_size": ctx.world_size,
+                                        "micro_batch": self.micro, "accumulation": self.accum,
+                                        "peak_lr": self.recipe.peak_lr, "precision": precision})
+
+    def batches(self, index: int) -> list[dict[str, torch.Tensor]]:
+        if self.short_it is not None and index < self.recipe.curriculum_steps:  # the short-example phase
+            micro_batches = [collate([next(self.short_it) for _ in range(self.short_micro)]) for _ in range(self.accum)]
+        else:
+            micro_batches = [collate([next(self.it) for _ in range(self.micro)]) for _ in range(self.accum)]
+        self.step_tokens = sum(int(b["attention_mask"].sum()) for b in micro_batches)
+        return [{k: v.to(self.ctx.device) for k, v in b.items()} for b in micro_batches]
+
+    def on_log(self, done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str] | None:
+        step_tokens = int(all_reduce_sum(torch.tensor([self.step_tokens], device=self.ctx.device), self.ctx)[0])
+        self.tokens_seen += step_tokens
+        self.window_tokens += step_tokens
+        if m["skipped"] and self.ctx.is_main:
+            print(f"step {done}: non-finite loss or gradient; the step was skipped", flush=True)
+        if not logged:
+            return None
+        now = time.perf_counter()
+        tps = self.window_tokens / max(now - self.window_start, 1e-9)
+        self.window_tokens, self.window_start = 0, now
+        train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
+                 "sop_loss": m["sop_loss_sum"] / m["n_examples"],
+                 "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
+                 "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
+                 "tokens_per_s": tps, "tokens_seen": self.tokens_seen, "skipped": m["skipped"]}
+        self.logger.log(done, "train", train)
+        return {"loss": f"{m['loss']:.3f}", "mask_acc": f"{train['mlm_mask_accuracy']:.3f}", "tok_s": f"{tps:,.0f}"}
+
+    def on_eval(self, done: int) -> bool:
+        self.eval_metrics = evaluate(self.model, self.heldout, self.ctx, max_examples=self.recipe.eval_examples,
+                                     baselines=self.baselines)
+        self.logger.log(done, "eval", self.eval_metrics)
+        if not math.isfinite(self.eval_metrics.get("mlm_all_loss", 0.0)):
+            raise AlbertlmError(f"step {done}: the held-out loss is not finite (the model diverged); nothing "
+                                "from this step on was saved as a result; lower the learning rate")
+        return False
+
+    def on_checkpoint(self, done: int) -> None:
+        recipe, ctx = self.recipe, self.ctx
+        model_sd, optim_sd = gather_full_state(self.model, self.optimizer, ctx, recipe.data_parallel)  # all ranks
+        data_state = _gather_cursors(self.train_data, ctx)
+        rng_states = _gather_rng(ctx)
+        short_state = _gather_cursors(self.short_data, ctx) if self.short_data is not None else None
+        if ctx.is_main:
+            state = {"data": data_state, "tokens_seen": self.tokens_seen,
+                     **({"data_curriculum": short_state} if self.short_data is not None else {}),
+                     "elapsed": self.elapsed_before + time.perf_counter() - self.start}
+            scored = self.cadence.due(done, recipe.eval_every)
+            save_checkpoint(self.run_dir, done, self.model, self.optimizer, state, keep_last=recipe.keep_last,
+                            metric=self.eval_metrics.get("mlm_mask_accuracy") if scored else None,
+                            model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
+        barrier(ctx)
+
+
 def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model: nn.Module,
                  optimizer: torch.optim.Optimizer, settings: StepSettings, scaler, datasets: tuple, baselines,
                  step: int, tokens_seen: int, elapsed_before: float, progress: bool, stop_after: int | None
                  ) -> tuple[int, int, dict[str, float], float]:
     """Train from `step` to the recipe's end (or `stop_after` steps) with logging, held-out evaluation
     and checkpoints. Returns (steps done, tokens seen, the last held-out metrics, the start time)."""
-    train_data, short_data, heldout = datasets
-    micro, accum = recipe.per_device_batch(ctx.world_size)
-    short_micro = recipe.per_device_batch(ctx.world_size, curriculum=True)[0]
-
-    logger = MetricsLogger(run_dir, enabled=ctx.is_main)
-    comm_bytes = gradient_bytes(unwrap(model))
-    logger.log(step, "setup", {"parameters": unwrap(model).num_parameters(), "allreduce_bytes_per_step":
-                               comm_bytes if ctx.distributed else 0, "world_size": ctx.world_size,
-                               "micro_batch": micro, "accumulation": accum, "peak_lr": recipe.peak_lr,
-                               "precision": settings.precision})
+    hooks = _RunHooks(recipe, run_dir, ctx, model, optimizer, datasets, baselines, tokens_seen, elapsed_before)
+    hooks.log_setup(step, settings.precision)
     bar = None
     if progress and ctx.is_main:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=recipe.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
-
-    it = iter(train_data)
-    short_it = iter(short_data) if short_data is not None else None
     model.train()
-    start = time.perf_counter()
-    tally = {"tokens_seen": tokens_seen, "window_tokens": 0, "window_start": time.perf_counter(), "step_tokens": 0}
-    eval_metrics: dict[str, float] = {}
-
-    def batches(index: int) -> list[dict[str, torch.Tensor]]:
-        if short_it is not None and index < recipe.curriculum_steps:  # the short-example phase
-            micro_batches = [collate([next(short_it) for _ in range(short_micro)]) for _ in range(accum)]
-        else:
-            micro_batches = [collate([next(it) for _ in range(micro)]) for _ in range(accum)]
-        tally["step_tokens"] = sum(int(b["attention_mask"].sum()) for b in micro_batches)
-        return [{k: v.to(ctx.device) for k, v in b.items()} for b in micro_batches]
-
-    def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str] | None:
-        step_tokens = int(all_reduce_sum(torch.tensor([tally["step_tokens"]], device=ctx.device), ctx)[0])
-        tally["tokens_seen"] += step_tokens
-        tally["window_tokens"] += step_tokens
-        if m["skipped"] and ctx.is_main:
-            print(f"step {done}: non-finite loss or gradient; the step was skipped", flush=True)
-        if not logged:
-            return None
-        now = time.perf_counter()
-        tps = tally["window_tokens"] / max(now - tally["window_start"], 1e-9)
-        tally["window_tokens"], tally["window_start"] = 0, now
-        train = {"loss": m["loss"], "mlm_loss": m["mlm_loss_sum"] / max(m["n_masked"], 1),
-                 "sop_loss": m["sop_loss_sum"] / m["n_examples"],
-                 "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
-                 "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
-                 "tokens_per_s": tps, "tokens_seen": tally["tokens_seen"], "skipped": m["skipped"]}
-        logger.log(done, "train", train)
-        return {"loss": f"{m['loss']:.3f}", "mask_acc": f"{train['mlm_mask_accuracy']:.3f}", "tok_s": f"{tps:,.0f}"}
-
-    def on_eval(done: int) -> bool:
-        eval_metrics.clear()
-        eval_metrics.update(evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines))
-        logger.log(done, "eval", eval_metrics)
-        if not math.isfinite(eval_metrics.get("mlm_all_loss", 0.0)):
-            raise AlbertlmError(f"step {done}: the held-out loss is not finite (the model diverged); nothing "
-                                "from this step on was saved as a result; lower the learning rate")
-        return False
-
-    def on_checkpoint(done: int) -> None:
-        model_sd, optim_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)  # all ranks
-        data_state = _gather_cursors(train_data, ctx)
-        rng_states = _gather_rng(ctx)
-        short_state = _gather_cursors(short_data, ctx) if short_data is not None else None
-        if ctx.is_main:
-            state = {"data": data_state, "tokens_seen": tally["tokens_seen"],
-                     **({"data_curriculum": short_state} if short_data is not None else {}),
-                     "elapsed": elapsed_before + time.perf_counter() - start}
-            scored = cadence.due(done, recipe.eval_every)
-            save_checkpoint(run_dir, done, model, optimizer, state, keep_last=recipe.keep_last,
-                            metric=eval_metrics.get("mlm_mask_accuracy") if scored else None,
-                            model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
-        barrier(ctx)
-
-    cadence = Cadence(recipe.steps, recipe.log_every, recipe.eval_every, recipe.checkpoint_every)
-    step = run_steps(model, optimizer, start=step, cadence=cadence, batches=batches,
+    hooks.start = time.perf_counter()
+    step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
                      loss_fn=_loss, count_fn=_counts, ctx=ctx, settings=settings, scaler=scaler,
-                     on_log=on_log, on_eval=on_eval, on_checkpoint=on_checkpoint, bar=bar, stop_after=stop_after)
+                     on_log=hooks.on_log, on_eval=hooks.on_eval, on_checkpoint=hooks.on_checkpoint, bar=bar,
+                     stop_after=stop_after)
     if bar is not None:
         bar.close()
-    logger.close()
-    return step, tally["tokens_seen"], eval_metrics, start
+    hooks.logger.close()
+    return step, hooks.tokens_seen, hooks.eval_metrics, hooks.start
 
 
 def _notice(ctx: DistContext):

@@ -176,6 +176,19 @@ def flat_settings(recipe: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in recipe.items() if k != "build"}, **build}
 
 
+def pretrain_command(recipe: dict[str, Any], name: str, out_dir: str) -> str:
+    """The `albertlm pretrain` command line that runs a recipe (as recipe.json holds it): the
+    settings that differ from the quick recipe, as flags."""
+    import shlex
+
+    defaults = flat_settings(dataclasses.asdict(PretrainRecipe()))
+    args = ["albertlm", "pretrain", "--name", name, "--out-dir", out_dir, "--no-progress"]
+    for k, v in flat_settings(recipe).items():
+        if v != defaults.get(k) and v is not None:  # None only where another flag turns the feature off
+            args += [f"--{k.replace('_', '-')}", str(v)]
+    return shlex.join(args)
+
+
 RECIPES: dict[str, PretrainRecipe] = {
     # The built-in run: albert-mini on the King James Bible in under 15 minutes on 2 CPU cores.
     "quick": PretrainRecipe(),
