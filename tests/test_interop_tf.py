@@ -1,0 +1,242 @@
+"""TF1 ALBERT checkpoints: the key tables (Google's and albert_zh's layouts) proven by equal outputs
+against a numpy re-implementation of each TF network that reads the variables by their literal names,
+the refusals, the fixtures written by real TensorFlow, the TF writer and `albertlm convert`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from albertlm.config import AlbertConfig
+from albertlm.errors import AlbertlmError, ConfigError
+from albertlm.interop import tf as tfmap
+from albertlm.model import AlbertForPreTraining
+
+TINY = dict(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
+            intermediate_size=24, max_position_embeddings=20, hidden_act="gelu_new")
+CONFIGS = {
+    "google": AlbertConfig(**TINY),
+    "google-G2K2": AlbertConfig(**{**TINY, "num_hidden_groups": 2, "inner_group_num": 2}),
+    "google-none": AlbertConfig(**{**TINY, "sharing": "none"}),
+    "google-E=H": AlbertConfig(**{**TINY, "embedding_size": 16}),
+    "albert_zh": AlbertConfig(**{**TINY, "embedding_layout": "albert_zh"}),
+}
+
+
+def random_variables(config: AlbertConfig, layout: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float32 values for every variable the table names; LayerNorm gammas around 1."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for _, names, _ in tfmap.key_table(config, layout):
+        for name in names:
+            shape = next(r.shape for r in tfmap.LAYOUTS[layout](config) if name in r.tf)
+            base = 1.0 if name.endswith("/gamma") else 0.0
+            out[name] = (base + 0.2 * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
+# ---------------------------------------------------------------------------- the TF networks in numpy
+def _ln(x, v, scope, eps=1e-12):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * v[f"{scope}/gamma"] + v[f"{scope}/beta"]
+
+
+def _dense(x, v, scope):
+    return x @ v[f"{scope}/kernel"] + v[f"{scope}/bias"]  # TF kernels are [in, out]
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _attention(x, v, scope, heads):
+    B, S, H = x.shape
+    q, k, w = (_dense(x, v, f"{scope}/{n}").reshape(B, S, heads, -1).transpose(0, 2, 1, 3)
+               for n in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(H // heads)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (p @ w).transpose(0, 2, 1, 3).reshape(B, S, H)
+
+
+def tf_network(v: dict, config: AlbertConfig, layout: str, ids: np.ndarray, types: np.ndarray):
+    """(MLM logits [B, S, V], SOP logits [B, 2]) as the official TF code computes them (float64)."""
+    v = {k: a.astype(np.float64) for k, a in v.items()}
+    S = ids.shape[1]
+    x = v["bert/embeddings/word_embeddings"][ids]
+    if layout == "albert_zh":
+        x = x @ v["bert/embeddings/word_embeddings_2"]  # [E, H], no bias
+    x = x + v["bert/embeddings/position_embeddings"][:S] + v["bert/embeddings/token_type_embeddings"][types]
+    x = _ln(x, v, "bert/embeddings/LayerNorm")
+    heads, L = config.num_attention_heads, config.num_hidden_layers
+    if layout == "google":
+        if "bert/encoder/embedding_hidden_mapping_in/kernel" in v:
+            x = _dense(x, v, "bert/encoder/embedding_hidden_mapping_in")
+        for i in range(L):
+            group = int(i / L * config.num_hidden_groups)  # TF's own formula
+            for k in range(config.inner_group_num):
+                s = f"bert/encoder/transformer/group_{group}/inner_group_{k}"
+                a = _dense(_attention(x, v, f"{s}/attention_1/self", heads), v, f"{s}/attention_1/output/dense")
+                x = _ln(a + x, v, f"{s}/LayerNorm")
+                f = _dense(_gelu(_dense(x, v, f"{s}/ffn_1/intermediate/dense")), v,
+                           f"{s}/ffn_1/intermediate/output/dense")
+                x = _ln(f + x, v, f"{s}/LayerNorm_1")
+    else:
+        s = "bert/encoder/layer_shared"
+        for _ in range(L):
+            a = _dense(_attention(x, v, f"{s}/attention/self", heads), v, f"{s}/attention/output/dense")
+            x = _ln(a + x, v, f"{s}/attention/output/LayerNorm")
+            f = _dense(_gelu(_dense(x, v, f"{s}/intermediate/dense")), v, f"{s}/output/dense")
+            x = _ln(f + x, v, f"{s}/output/LayerNorm")
+    pooled = np.tanh(_dense(x[:, 0], v, "bert/pooler/dense"))
+    t = _ln(_gelu(_dense(x, v, "cls/predictions/transform/dense")), v, "cls/predictions/transform/LayerNorm")
+    if layout == "albert_zh":
+        t = t @ v["bert/embeddings/word_embeddings_2"].T  # back to E
+    mlm = t @ v["bert/embeddings/word_embeddings"].T + v["cls/predictions/output_bias"]
+    sop = pooled @ v["cls/seq_relationship/output_weights"].T + v["cls/seq_relationship/output_bias"]
+    return mlm, sop
+
+
+def ours_from(variables: dict, config: AlbertConfig) -> AlbertForPreTraining:
+    sd, _ = tfmap.read_state_dict(variables, config)
+    model = AlbertForPreTraining(config)
+    model.load_state_dict(sd, strict=True)
+    return model.eval()
+
+
+def batch(config: AlbertConfig, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, config.vocab_size, (2, 9)), rng.integers(0, 2, (2, 9))
+
+
+# ---------------------------------------------------------------------------- the key tables
+@pytest.mark.parametrize("name", CONFIGS)
+def test_table_computes_the_tf_network(name):
+    config = CONFIGS[name]
+    layout = "albert_zh" if config.projects_words else "google"
+    variables = random_variables(config, layout)
+    ids, types = batch(config)
+    want_mlm, want_sop = tf_network(variables, config, layout, ids, types)
+    with torch.no_grad():
+        out = ours_from(variables, config)(torch.from_numpy(ids), token_type_ids=torch.from_numpy(types))
+    np.testing.assert_allclose(out.prediction_logits.numpy(), want_mlm, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(out.sop_logits.numpy(), want_sop, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_parameter_has_exactly_one_row_and_writing_inverts_reading(name):
+    config = CONFIGS[name]
+    layout = "albert_zh" if config.projects_words else "google"
+    variables = random_variables(config, layout)
+    sd, summary = tfmap.read_state_dict(variables, config)
+    model_keys = set(AlbertForPreTraining(config).state_dict())
+    assert set(sd) == model_keys and summary.tensors == len(variables)
+    if layout == "google":
+        back = tfmap.write_state_dict(sd, config)
+        assert set(back) == set(variables)
+        assert all(np.array_equal(back[k], variables[k]) for k in variables)
+
+
+def test_rows_transpose_kernels_only():
+    for ours, names, transposed in tfmap.key_table(CONFIGS["google"]):
+        assert transposed == names[0].endswith("/kernel"), ours
+    zh = {ours: t for ours, _, t in tfmap.key_table(CONFIGS["albert_zh"], "albert_zh")}
+    assert zh["albert.embeddings.word_project.weight"] and not zh["sop.weight"]
+
+
+def test_groups_follow_the_block_schedule():
+    config = CONFIGS["google-G2K2"]
+    table = {ours: names for ours, names, _ in tfmap.key_table(config)}
+    # block j = group j // K, inner group j % K (K = 2)
+    assert table["albert.encoder.ffn.3.up.weight"] == ["bert/encoder/transformer/group_1/inner_group_1/ffn_1/intermediate/dense/kernel"]
+    assert table["albert.encoder.attention.1.norm.weight"] == ["bert/encoder/transformer/group_0/inner_group_1/LayerNorm/gamma"]
+
+
+def test_hub_prefix_stripped_and_optimizer_slots_counted():
+    config = CONFIGS["google"]
+    variables = random_variables(config, "google")
+    hub = {f"module/{k}": a for k, a in variables.items()}
+    for k, a in variables.items():
+        hub[f"module/{k}/adam_m"] = a
+        hub[f"module/{k}/adam_v"] = a
+    hub["global_step"] = np.array(7, dtype=np.int64)
+    sd, summary = tfmap.read_state_dict(hub, config)
+    assert summary.hub and summary.layout == "google"
+    assert summary.skipped == {"adam_m": len(variables), "adam_v": len(variables), "global_step": 1}
+    assert torch.equal(sd["mlm.bias"], torch.from_numpy(variables["cls/predictions/output_bias"]))
+
+
+def test_equal_widths_fill_the_identity_projection():
+    config = CONFIGS["google-E=H"]
+    variables = random_variables(config, "google")
+    assert not any("embedding_hidden_mapping_in" in k for k in variables)
+    sd, summary = tfmap.read_state_dict(variables, config)
+    assert torch.equal(sd["albert.project.weight"], torch.eye(16)) and summary.filled
+    sd["albert.project.bias"] = sd["albert.project.bias"] + 1
+    with pytest.raises(AlbertlmError, match="not the identity"):
+        tfmap.write_state_dict(sd, config)
+
+
+# ---------------------------------------------------------------------------- bad inputs
+def test_unknown_variable_is_named():
+    variables = random_variables(CONFIGS["google"], "google")
+    variables["bert/encoder/transformer/group_0/inner_group_0/extra/kernel"] = np.zeros(3, np.float32)
+    with pytest.raises(AlbertlmError, match=r"^ckpt: unknown variable bert/encoder/transformer/group_0/"
+                                            r"inner_group_0/extra/kernel$"):
+        tfmap.read_state_dict(variables, CONFIGS["google"], source="ckpt")
+
+
+def test_missing_variable_is_named():
+    variables = random_variables(CONFIGS["google"], "google")
+    del variables["cls/seq_relationship/output_bias"]
+    with pytest.raises(AlbertlmError, match="^ckpt: missing variable cls/seq_relationship/output_bias$"):
+        tfmap.read_state_dict(variables, CONFIGS["google"], source="ckpt")
+
+
+def test_wrong_shape_names_variable_expected_and_found():
+    variables = random_variables(CONFIGS["google"], "google")
+    variables["bert/pooler/dense/kernel"] = np.zeros((16, 15), np.float32)
+    with pytest.raises(AlbertlmError, match=r"^ckpt: variable bert/pooler/dense/kernel has shape \[16, 15\], "
+                                            r"the config implies \[16, 16\]$"):
+        tfmap.read_state_dict(variables, CONFIGS["google"], source="ckpt")
+
+
+def test_layout_and_config_must_agree():
+    variables = random_variables(CONFIGS["albert_zh"], "albert_zh")
+    with pytest.raises(AlbertlmError, match="albert_zh checkpoint, but the config says embedding_layout='albert'"):
+        tfmap.read_state_dict(variables, CONFIGS["google"])
+    with pytest.raises(AlbertlmError, match="a BERT checkpoint"):
+        tfmap.detect_layout(["bert/encoder/layer_0/attention/self/query/kernel"])
+
+
+@pytest.mark.parametrize("change", [{"sharing": "attention"}, {"embedding_layout": "albert_zh"}])
+def test_writing_refuses_what_google_layout_cannot_express(change):
+    config = AlbertConfig(**{**TINY, **change})
+    with pytest.raises(AlbertlmError, match="Google's TF layout cannot express"):
+        tfmap.write_state_dict(AlbertForPreTraining(config).state_dict(), config)
+
+
+# ---------------------------------------------------------------------------- config files
+def test_google_config_file():
+    data = {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 768, "num_hidden_layers": 12,
+            "num_hidden_groups": 1, "num_attention_heads": 12, "intermediate_size": 3072, "inner_group_num": 1,
+            "down_scale_factor": 1, "hidden_act": "gelu", "gap_size": 0, "net_structure_type": 0,
+            "num_memory_blocks": 0, "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0,
+            "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02}
+    config = tfmap.config_from_tf(data)
+    assert config.hidden_act == "gelu_new" and config.sharing == "all" and not config.extra
+    assert tfmap.config_from_tf(tfmap.tf_config_dict(config)) == config
+
+
+def test_albert_zh_config_files():
+    tiny = {"attention_probs_dropout_prob": 0.0, "directionality": "bidi", "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.0, "hidden_size": 312, "embedding_size": 128, "initializer_range": 0.02,
+            "intermediate_size": 1248, "max_position_embeddings": 512, "num_attention_heads": 12,
+            "num_hidden_layers": 4, "pooler_fc_size": 768, "pooler_num_attention_heads": 12,
+            "pooler_num_fc_layers": 3, "pooler_size_per_head": 128, "pooler_type": "first_token_transform",
+            "type_vocab_size": 2, "vocab_size": 21128, "ln_type": "postln"}
+    config = tfmap.config_from_tf(tiny, "albert_zh")
+    assert config.embedding_layout == "albert_zh" and config.embedding_width == 312 and not config.extra
+    with pytest.raises(ConfigError, match="ln_type 'preln'"):
+        tfmap.config_from_tf({**tiny, "ln_type": "preln"}, "albert_zh", source="zh.json")
