@@ -4,6 +4,8 @@ the refusals, the fixtures written by real TensorFlow, the TF writer and `albert
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError, ConfigError
 from albertlm.interop import tf as tfmap
+from albertlm.interop.convert import convert, detect_source, load_tf
 from albertlm.model import AlbertForPreTraining
 
 TINY = dict(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
@@ -240,3 +243,84 @@ def test_albert_zh_config_files():
     assert config.embedding_layout == "albert_zh" and config.embedding_width == 312 and not config.extra
     with pytest.raises(ConfigError, match="ln_type 'preln'"):
         tfmap.config_from_tf({**tiny, "ln_type": "preln"}, "albert_zh", source="zh.json")
+
+
+# ---------------------------------------------------------------------------- fixtures written by TensorFlow
+FIXTURES = Path(__file__).parent / "fixtures" / "tf"
+MODEL_FIXTURES = ["google", "tfhub", "training", "groups", "albert_zh"]
+
+
+def _fixture_values(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "values.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.mark.parametrize("name", MODEL_FIXTURES)
+def test_every_fixture_tensor_lands_in_its_parameter(name):
+    source = detect_source(FIXTURES / name)
+    model, summary = load_tf(source.path, folders=source.folders)
+    values = _fixture_values(name)
+    prefix = "module/" if summary.hub else ""
+    params = model.state_dict()
+    layout = "albert_zh" if model.config.projects_words else "google"
+    assert summary.layout == layout and summary.hub == (name == "tfhub")
+    seen = set()
+    for row in tfmap.LAYOUTS[layout](model.config):
+        parts = params[row.ours].chunk(len(row.tf))
+        for tf_name, part in zip(row.tf, parts):
+            want = values[prefix + tf_name]
+            np.testing.assert_array_equal(part.numpy().T if row.transpose else part.numpy(), want)
+            seen.add(prefix + tf_name)
+    skipped = set(values) - seen
+    assert all(n.endswith(("/adam_m", "/adam_v")) or n == "global_step" for n in skipped)
+    assert sum(summary.skipped.values()) == len(skipped) == (97 - 32 if name == "training" else 0)
+
+
+def test_groups_fixture_config():
+    model, _ = load_tf(detect_source(FIXTURES / "groups").path)
+    config = model.config
+    assert (config.num_hidden_layers, config.num_hidden_groups, config.inner_group_num) == (4, 2, 2)
+    assert config.num_attention_blocks == 4
+
+
+@pytest.mark.parametrize("name", ["google", "tfhub", "groups"])
+def test_converted_logits_equal_in_transformers(name, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    dst = tmp_path / "hf"
+    convert(FIXTURES / name, dst)
+    source = detect_source(FIXTURES / name)
+    direct, _ = load_tf(source.path, folders=source.folders)
+    ours = AlbertForPreTraining.from_pretrained(dst)
+    theirs = transformers.AlbertForPreTraining.from_pretrained(dst).eval()
+    config = ours.config
+    ids, types = (torch.from_numpy(a) for a in batch(config))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        a = ours(ids, attention_mask=mask, token_type_ids=types)
+        b = theirs(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        c = direct(ids, attention_mask=mask, token_type_ids=types)
+    torch.testing.assert_close(a.prediction_logits, b.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.sop_logits, b.sop_logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(a.prediction_logits, c.prediction_logits) and torch.equal(a.sop_logits, c.sop_logits)
+
+
+@pytest.mark.parametrize("name", ["google", "training", "groups", "tfhub"])
+def test_tf_round_trip_is_byte_for_byte(name, tmp_path):
+    from albertlm.interop.tf_bundle import BundleReader
+
+    summary = convert(FIXTURES / name, tmp_path / "tf", to="tf")
+    assert "model.ckpt.index" in summary.files and "albert_config.json" in summary.files
+    before = BundleReader(detect_source(FIXTURES / name).path)
+    after = BundleReader(tmp_path / "tf" / "model.ckpt")
+    kept = {n[len("module/"):] if n.startswith("module/") else n: n for n in before.names()
+            if not n.endswith(("/adam_m", "/adam_v")) and n != "global_step"}
+    assert sorted(after.names()) == sorted(kept)
+    for name_after, name_before in kept.items():
+        assert after.dtype(name_after) == before.dtype(name_before) == "float32"
+        assert after.read(name_after).tobytes() == before.read(name_before).tobytes(), name_after
+    # and through a Hugging Face directory: TF -> HF -> TF
+    convert(FIXTURES / name, tmp_path / "hf")
+    convert(tmp_path / "hf", tmp_path / "tf2", to="tf")
+    again = BundleReader(tmp_path / "tf2" / "model.ckpt")
+    assert all(again.read(n).tobytes() == after.read(n).tobytes() for n in after.names())
