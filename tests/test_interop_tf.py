@@ -324,3 +324,107 @@ def test_tf_round_trip_is_byte_for_byte(name, tmp_path):
     convert(tmp_path / "hf", tmp_path / "tf2", to="tf")
     again = BundleReader(tmp_path / "tf2" / "model.ckpt")
     assert all(again.read(n).tobytes() == after.read(n).tobytes() for n in after.names())
+
+
+# ---------------------------------------------------------------------------- the command
+def _cli_error(capsys, *argv) -> str:
+    from albertlm.cli import main
+
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # one line
+    return err
+
+
+def _broken_checkpoint(tmp_path: Path, change) -> Path:
+    from albertlm.interop.tf_bundle import write_checkpoint
+
+    variables = _fixture_values("google")
+    change(variables)
+    d = tmp_path / "broken"
+    d.mkdir(parents=True)
+    write_checkpoint(d / "model.ckpt-1", variables)
+    (d / "albert_config.json").write_text((FIXTURES / "google" / "albert_config.json").read_text())
+    return d
+
+
+def test_cli_bad_inputs_are_one_line_errors(tmp_path, capsys):
+    d = _broken_checkpoint(tmp_path, lambda v: v.update({"bert/encoder/extra/kernel": np.zeros(2, np.float32)}))
+    assert "unknown variable bert/encoder/extra/kernel" in _cli_error(capsys, "convert", str(d), str(tmp_path / "a"))
+    d = _broken_checkpoint(tmp_path / "m", lambda v: v.pop("bert/pooler/dense/bias"))
+    assert "missing variable bert/pooler/dense/bias" in _cli_error(capsys, "convert", str(d), str(tmp_path / "b"))
+    d = _broken_checkpoint(tmp_path / "s", lambda v: v.update({"cls/predictions/output_bias": np.zeros(98, np.float32)}))
+    err = _cli_error(capsys, "convert", str(d), str(tmp_path / "c"))
+    assert "variable cls/predictions/output_bias has shape [98], the config implies [99]" in err
+    assert not list(tmp_path.glob(".*"))  # no temporary left behind
+    # albert_zh's layout has no place in Google's TF layout
+    convert(FIXTURES / "albert_zh", tmp_path / "zh")
+    assert "Google's TF layout cannot express embedding_layout='albert_zh'" in _cli_error(
+        capsys, "convert", str(tmp_path / "zh"), str(tmp_path / "zh-tf"), "--to", "tf")
+    # a non-empty destination is refused without --force, and nothing in it is touched
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    assert "not an empty directory" in _cli_error(capsys, "convert", str(FIXTURES / "google"), str(tmp_path / "full"))
+    assert "nor a TF checkpoint" in _cli_error(capsys, "convert", str(tmp_path / "full"), str(tmp_path / "x"))
+
+
+def test_force_writes_into_a_directory_and_keeps_other_files(tmp_path, capsys):
+    from albertlm.cli import main
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    assert main(["convert", str(FIXTURES / "training"), str(tmp_path / "out"), "--force"]) == 0
+    printed = capsys.readouterr().out
+    assert "32 adam_m, 32 adam_v, 1 global_step" in printed and "parameters:   11,786" in printed
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine" and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_albert_zh_exported_to_hf_is_refused_by_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    summary = convert(FIXTURES / "albert_zh", tmp_path / "zh")
+    assert any("transformers cannot express" in n for n in summary.notes)
+    with pytest.raises(Exception) as err:
+        transformers.AlbertForPreTraining.from_pretrained(tmp_path / "zh")
+    assert "albert_zh" in str(err.value) and "albertlm" in str(err.value)
+
+
+def test_tfhub_saved_model_layout_needs_a_config(tmp_path, capsys):
+    import shutil
+
+    from albertlm.cli import main
+
+    hub = tmp_path / "hub"
+    (hub / "variables").mkdir(parents=True)
+    (hub / "saved_model.pb").write_bytes(b"")
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copyfile(FIXTURES / "tfhub" / f"model.ckpt{suffix}", hub / "variables" / f"variables{suffix}")
+    assert "no albert_config.json beside the checkpoint" in _cli_error(capsys, "convert", str(hub), str(tmp_path / "a"))
+    assert main(["convert", str(hub), str(tmp_path / "b"), "--config", str(FIXTURES / "tfhub" / "albert_config.json")]) == 0
+    assert "TF-Hub, module/ stripped" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- end to end: convert, then fine-tune
+def _finetune(tmp_path: Path, capsys, model: Path, task: str, rows: list[str], header: str) -> str:
+    from albertlm.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, part in (("train", rows[:24]), ("dev", rows[24:])):
+        (data / f"{split}.tsv").write_text("\n".join([header, *part]) + "\n", encoding="utf-8")
+    code = main(["finetune", "--task", task, "--model", str(model), "--data", str(data), "--out", str(tmp_path / "ft"),
+                 "--steps", "3", "--batch-size", "8", "--max-seq-length", "32", "--no-progress", "--device", "cpu"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert (tmp_path / "ft" / "model.safetensors").is_file()
+    return printed
+
+
+def test_end_to_end_google_checkpoint_to_sst2(tmp_path, capsys):
+    from albertlm.cli import main
+
+    assert main(["convert", str(FIXTURES / "google"), str(tmp_path / "model")]) == 0
+    capsys.readouterr()
+    words = ("good", "bad")
+    rows = [f"the film was {words[i % 2]} and the plot was {words[i % 2]} .\t{1 - i % 2}" for i in range(32)]
+    printed = _finetune(tmp_path, capsys, tmp_path / "model", "sst-2", rows, "sentence\tlabel")
+    assert "accuracy *" in printed and "3 steps" in printed
