@@ -1,1 +1,1 @@
-"""Interop with other ALBERT formats: `hf` (transformers directories with a SentencePiece vocabulary)."""
+"""Interop with other ALBERT formats: `hf` (transformers directories with a SentencePiece vocabulary), `tf_bundle` (TF1 checkpoints, read and written without TensorFlow; `sstable` is its table and protobuf layer)."""

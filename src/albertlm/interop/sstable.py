@@ -137,7 +137,12 @@ def field_fixed32(number: int, value: int) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Table reading.
 
-def _read_handle(buf: bytes, pos: int) -> tuple[int, int, int]:
+def read_block_handle(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """Decode a BlockHandle (two varints) at `pos`.
+
+    Returns:
+        (offset, size, position after it).
+    """
     offset, pos = read_varint(buf, pos)
     size, pos = read_varint(buf, pos)
     return offset, size, pos
@@ -201,15 +206,15 @@ def read_table(data: bytes, where: str) -> list[tuple[bytes, bytes]]:
         raise TFCheckpointError(f"{where}: no table magic number at the end (truncated, or not "
                                 "a TF checkpoint .index file)")
     try:
-        _, _, pos = _read_handle(footer, 0)  # metaindex: TF stores no filters, so unused
-        index_offset, index_size, _ = _read_handle(footer, pos)
+        _, _, pos = read_block_handle(footer, 0)  # metaindex: TF stores no filters, so unused
+        index_offset, index_size, _ = read_block_handle(footer, pos)
     except ValueError as exc:
         raise TFCheckpointError(f"{where}: corrupt table footer ({exc})") from None
     index = _block(data, index_offset, index_size, where)
     entries: list[tuple[bytes, bytes]] = []
     try:
         for _, handle in _block_entries(index, where):
-            offset, size, _ = _read_handle(handle, 0)
+            offset, size, _ = read_block_handle(handle, 0)
             block = _block(data, offset, size, where)
             for key, value in _block_entries(block, where):
                 if entries and key <= entries[-1][0]:

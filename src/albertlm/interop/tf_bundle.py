@@ -86,7 +86,10 @@ def _state_file_prefix(state: Path) -> Path:
     match = re.search(r'^\s*model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text, re.M)
     if match is None:
         raise TFCheckpointError(f"{state}: no model_checkpoint_path line in the checkpoint state file")
-    name = match.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    try:  # a text-format string: C escapes (octal for non-ASCII bytes) over UTF-8
+        name = match.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
+    except (UnicodeError, ValueError):
+        raise TFCheckpointError(f"{state}: model_checkpoint_path is not a valid string") from None
     prefix = Path(name)
     if not prefix.is_absolute():
         prefix = state.parent / prefix
@@ -323,7 +326,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
 def _to_storage(name: str, array: np.ndarray, dtype: str) -> bytes:
     """The little-endian bytes TF stores for `array` as `dtype`."""
     if dtype == "bfloat16":
-        if array.dtype != np.float32:
+        if array.dtype.name != "float32":
             raise TFCheckpointError(f"tensor {name}: bfloat16 is written from float32, got {array.dtype}")
         bits = np.ascontiguousarray(array, dtype="<f4").view("<u4")
         if np.any(bits & 0xFFFF):
@@ -331,7 +334,7 @@ def _to_storage(name: str, array: np.ndarray, dtype: str) -> bytes:
         return (bits >> 16).astype("<u2").tobytes()
     if dtype not in _STORAGE:
         raise TFCheckpointError(f"tensor {name}: cannot write dtype {dtype}; supported: {', '.join(_CODES)}")
-    if array.dtype != np.dtype(dtype):
+    if array.dtype.name != dtype:
         raise TFCheckpointError(f"tensor {name}: array is {array.dtype} but dtype {dtype} was asked; "
                                 "cast it first")
     return np.ascontiguousarray(array, dtype=_STORAGE[dtype]).tobytes()
