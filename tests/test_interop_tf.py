@@ -280,7 +280,7 @@ def test_groups_fixture_config():
     model, _ = load_tf(detect_source(FIXTURES / "groups").path)
     config = model.config
     assert (config.num_hidden_layers, config.num_hidden_groups, config.inner_group_num) == (4, 2, 2)
-    assert config.num_attention_blocks == 4
+    assert config.num_attention_blocks == 4 and not config.extra  # layers_to_keep: [] dropped
 
 
 @pytest.mark.parametrize("name", ["google", "tfhub", "groups"])
@@ -428,3 +428,13 @@ def test_end_to_end_google_checkpoint_to_sst2(tmp_path, capsys):
     rows = [f"the film was {words[i % 2]} and the plot was {words[i % 2]} .\t{1 - i % 2}" for i in range(32)]
     printed = _finetune(tmp_path, capsys, tmp_path / "model", "sst-2", rows, "sentence\tlabel")
     assert "accuracy *" in printed and "3 steps" in printed
+
+
+def test_hf_source_without_mlm_head_is_refused_for_tf(tmp_path, capsys):
+    from albertlm.heads import AlbertForSequenceClassification
+
+    AlbertForSequenceClassification(CONFIGS["google"]).save_pretrained(tmp_path / "clf")
+    err = _cli_error(capsys, "convert", str(tmp_path / "clf"), str(tmp_path / "tf"), "--to", "tf")
+    assert "no MLM head" in err and not (tmp_path / "tf").exists()
+    with pytest.raises(ConfigError, match="layers_to_keep is not empty"):
+        tfmap.config_from_tf({**tfmap.tf_config_dict(CONFIGS["google"]), "layers_to_keep": [0]})

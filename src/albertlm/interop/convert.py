@@ -180,11 +180,24 @@ def load_tf(prefix: str | os.PathLike, config: AlbertConfig | str | os.PathLike 
 
 
 def _load_hf(path: Path) -> tuple[AlbertForPreTraining, list[str]]:
-    """An HF directory's pretraining model, with transformers-style warnings collected as notes."""
+    """An HF directory's pretraining model, with the loader's warnings (a missing SOP head) as notes.
+
+    A directory without the MLM head (a fine-tuned or bare model) is refused: Google's TF layout
+    holds pretraining models, and random heads written as if trained would be a silent wrong result.
+    """
+    from albertlm.interop.hf import from_hf_state_dict, read_hf_weights
+
+    config = AlbertConfig.from_json_file(path / CONFIG_NAME)
+    hf_sd, source = read_hf_weights(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = AlbertForPreTraining.from_pretrained(path)
-    return model, [str(w.message) for w in caught]
+        ours = from_hf_state_dict(hf_sd, config, "AlbertForPreTraining", source=source)
+    if "mlm.dense.weight" not in ours:
+        raise AlbertlmError(f"{source}: no MLM head (predictions.*), so not a pretraining model; Google's TF "
+                            "layout holds pretraining models only")
+    model = AlbertForPreTraining(config)
+    model.load_state_dict(ours, strict=False)
+    return model.eval(), [str(w.message) for w in caught]
 
 
 # ---------------------------------------------------------------------------- writing

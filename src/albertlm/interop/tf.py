@@ -331,6 +331,8 @@ def config_from_tf(data: dict[str, Any], layout: str = "google", source: str = "
     if ln_type not in (None, "postln"):
         raise ConfigError(f"{source}: ln_type {ln_type!r} is a pre-LayerNorm network albertlm does not "
                           "implement; only 'postln' (ALBERT's) converts")
+    if data.pop("layers_to_keep", []):  # Google's files carry it empty; a subset would be another network
+        raise ConfigError(f"{source}: layers_to_keep is not empty; albertlm converts whole models only")
     if data.get("down_scale_factor", 1) != 1:
         raise ConfigError(f"{source}: down_scale_factor {data['down_scale_factor']!r} is not 1; "
                           "no released model uses another")
