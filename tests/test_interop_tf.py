@@ -438,3 +438,20 @@ def test_hf_source_without_mlm_head_is_refused_for_tf(tmp_path, capsys):
     assert "no MLM head" in err and not (tmp_path / "tf").exists()
     with pytest.raises(ConfigError, match="layers_to_keep is not empty"):
         tfmap.config_from_tf({**tfmap.tf_config_dict(CONFIGS["google"]), "layers_to_keep": [0]})
+
+
+def test_converted_tokenizers_load_in_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from albertlm.tokenizer import Tokenizer
+
+    convert(FIXTURES / "google", tmp_path / "g")
+    theirs = transformers.AlbertTokenizer.from_pretrained(tmp_path / "g")
+    text = "the cat sat near the river"
+    assert theirs(text)["input_ids"][1:-1] == Tokenizer.load(tmp_path / "g").encode(text).tolist()
+    convert(FIXTURES / "albert_zh", tmp_path / "zh")
+    bert = transformers.BertTokenizer.from_pretrained(tmp_path / "zh")
+    vocab = (FIXTURES / "albert_zh" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert bert.cls_token_id == vocab.index("[CLS]") and bert.vocab_size == len(vocab)
+    config = AlbertConfig.from_json_file(tmp_path / "zh" / "config.json")
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (
+        vocab.index("[PAD]"), vocab.index("[CLS]"), vocab.index("[SEP]"))
