@@ -202,10 +202,11 @@ def measure_step_seconds(settings: StudySettings, shared: Path) -> float:
         torch.manual_seed(settings.seed)
         model = AlbertForPreTraining(config).train()
         optimizer = build_optimizer(settings.optimizer, model, lr=settings.lr, weight_decay=0.01)
-        it = iter(PretrainingDataset(directory, "train", seed=settings.seed))
+        data = PretrainingDataset(directory, "train", seed=settings.seed)
+        it = iter(data)
         times = []
         for k in range(settings.calibration_steps + 1):
-            batch = collate([next(it) for _ in range(batch_size)])
+            batch = collate([next(it) for _ in range(batch_size)], special=data.special_ids)
             start = time.perf_counter()
             with autocast(device, precision):
                 loss = model(**batch).loss

@@ -27,7 +27,7 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import preprocess_text
-from albertlm.vocab import CJK_RANGES, IGNORE_INDEX, UNK_ID
+from albertlm.vocab import CJK_RANGES, IGNORE_INDEX
 
 MAX_BAD_FRACTION = 0.1
 MIN_BAD_TO_FAIL = 5
@@ -183,7 +183,7 @@ def encode_words(tokenizer, words: Sequence[str], with_offsets: bool = False
     same pieces as encoding the whole text; it also tells which word each piece belongs to.
 
     Args:
-        tokenizer: an albertlm Tokenizer (encode_batch, convert_ids_to_tokens).
+        tokenizer: an albertlm vocabulary (encode_batch, convert_ids_to_tokens, special_ids).
         words: the words.
         with_offsets: also return each piece's character span inside its word.
     Returns:
@@ -196,7 +196,7 @@ def encode_words(tokenizer, words: Sequence[str], with_offsets: bool = False
     done: dict[str, tuple[np.ndarray, list[tuple[int, int]] | None]] = {}
     for word, ids in zip(unique, tokenizer.encode_batch(unique) if unique else []):
         if len(ids) == 0:
-            ids = np.array([UNK_ID], dtype=np.int32)
+            ids = np.array([tokenizer.special_ids.unk], dtype=np.int32)
         spans = None
         if with_offsets:
             prepared = preprocess_text(word, do_lower_case=getattr(tokenizer, "do_lower_case", True),

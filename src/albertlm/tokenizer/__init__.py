@@ -5,7 +5,8 @@
 - training.py: `train_tokenizer`, from any iterable of sentences;
 - chinese.py: Chinese mode (one piece per CJK character, jieba word starts);
 - base.py: `Vocabulary`, what every kind of vocabulary offers the rest of albertlm.
-The special-token ids and the pair layout are albertlm.vocab's.
+The special-token ids (`SpecialIds`, a property of each vocabulary) and the pair layout are
+albertlm.vocab's.
 """
 
 from albertlm.tokenizer.base import Vocabulary
@@ -14,9 +15,10 @@ from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
 from albertlm.tokenizer.spiece import CONFIG_FILE, CONFIG_VERSION, MODEL_FILE, Tokenizer
 from albertlm.tokenizer.training import DEFAULT_INPUT_SENTENCE_SIZE, TrainResult, train_tokenizer
 from albertlm.vocab import (CLS_ID, CLS_TOKEN, MASK_ID, MASK_TOKEN, PAD_ID, PAD_TOKEN, SEP_ID, SEP_TOKEN,
-                            SPECIAL_TOKENS, UNK_ID, UNK_TOKEN)
+                            SPECIAL_TOKENS, SPIECE_IDS, UNK_ID, UNK_TOKEN, SpecialIds)
 
 __all__ = ["CLS_ID", "CLS_TOKEN", "CONFIG_FILE", "CONFIG_VERSION", "DEFAULT_INPUT_SENTENCE_SIZE", "MASK_ID",
-           "MASK_TOKEN", "MODEL_FILE", "PAD_ID", "PAD_TOKEN", "SEP_ID", "SEP_TOKEN", "SPECIAL_TOKENS", "TrainResult",
+           "MASK_TOKEN", "MODEL_FILE", "PAD_ID", "PAD_TOKEN", "SEP_ID", "SEP_TOKEN", "SPECIAL_TOKENS", "SPIECE_IDS",
+           "SpecialIds", "TrainResult",
            "Tokenizer", "UNK_ID", "UNK_TOKEN", "Vocabulary", "looks_chinese", "preprocess_batch", "preprocess_text",
            "split_cjk", "train_tokenizer"]
