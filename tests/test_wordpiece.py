@@ -174,7 +174,7 @@ def test_load_vocabulary_picks_the_class_from_the_files(vocab_dir, tmp_path):
     assert isinstance(load_vocabulary(vocab_dir), WordPieceTokenizer)
     assert isinstance(load_vocabulary(vocab_dir / "vocab.txt"), WordPieceTokenizer)
     assert vocabulary_fingerprint(vocab_dir)["kind"] == "wordpiece"
-    with pytest.raises(AlbertlmError, match="no tokenizer"):
+    with pytest.raises(AlbertlmError, match="no spiece.model .SentencePiece. or vocab.txt"):
         load_vocabulary(tmp_path / "nothing")
     (vocab_dir / "spiece.model").write_bytes(b"not read")
     with pytest.raises(AlbertlmError, match="holds both spiece.model and vocab.txt"):

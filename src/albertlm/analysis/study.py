@@ -358,11 +358,11 @@ def _run_study(settings: StudySettings, root: Path, seconds_available: float, lo
         curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
                                      **smoothness(AlbertModel(trained.config), batches)}
     if hf_checkpoint:
-        from albertlm.tokenizer import Tokenizer
+        from albertlm.tokenizer import load_vocabulary
 
         model = AlbertModel.from_pretrained(hf_checkpoint)
-        source = Tokenizer.load(shared["sop"] / "tokenizer")
-        target = Tokenizer.load(hf_checkpoint)
+        source = load_vocabulary(shared["sop"] / "tokenizer")
+        target = load_vocabulary(hf_checkpoint)
         hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
         label = f"{Path(hf_checkpoint).name} (--hf-checkpoint)"
         curves[label] = {"run": str(hf_checkpoint), **smoothness(model, hf_batches)}

@@ -38,7 +38,7 @@ def vocabulary_kind(path: str | os.PathLike) -> str:
     if len(present) == 1:
         return present[0]
     if not present:
-        raise AlbertlmError(f"{path}: no tokenizer ({MODEL_FILE} for SentencePiece or {VOCAB_FILE} for WordPiece)")
+        raise AlbertlmError(f"{path}: no {MODEL_FILE} (SentencePiece) or {VOCAB_FILE} (WordPiece) for the tokenizer")
     said = _declared_kind(path / CONFIG_FILE)
     if said is None:
         raise AlbertlmError(f"{path}: holds both {MODEL_FILE} and {VOCAB_FILE}; set \"tokenizer_class\" "
