@@ -129,14 +129,15 @@ def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict
         if len(docs) < 2 and s.objective == "nsp":
             continue  # NSP needs another document to draw from (blocks are merged to avoid this)
         made = list(create_block_instances(docs, rng=rng, max_seq_length=s.max_seq_length,
-                                           short_seq_prob=s.short_seq_prob, objective=s.objective))
+                                           short_seq_prob=s.short_seq_prob, objective=s.objective,
+                                           special=tok.special_ids))
         for i in rng.permutation(len(made)):  # the official script shuffles instances
             inst = made[i]
             tokens = inst.tokens
             if s.masking == "static":
                 m = mask_instance(tokens, inst.word_start, rng, vocab_size=tok.vocab_size,
                                   masked_lm_prob=s.masked_lm_prob, max_predictions=s.max_predictions,
-                                  max_ngram=s.max_ngram)
+                                  max_ngram=s.max_ngram, special=tok.special_ids)
                 pos = np.flatnonzero(m.labels != IGNORE_INDEX)
                 rows["mlm_positions"].append(pos.astype(np.uint16))
                 rows["mlm_labels"].append(m.labels[pos].astype(np.int32))
@@ -294,7 +295,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     seconds = time.perf_counter() - start
     meta = {"format": "albertlm-pretraining-data", "version": META_VERSION,
             "settings": dataclasses.asdict(settings), "corpus": corpus_spec,
-            "tokenizer": {"vocab_size": tok.vocab_size, "sha256": hashlib.sha256(model_bytes).hexdigest()},
+            "tokenizer": {"vocab_size": tok.vocab_size, "sha256": hashlib.sha256(model_bytes).hexdigest(),
+                          "special_ids": tok.special_ids.to_json()},
             "documents": documents, "sentences": sentences, "text_tokens": text_tokens,
             "seconds": seconds, "tokens_per_s": text_tokens / max(seconds, 1e-9),
             "tokens_per_s_per_worker": text_tokens / max(seconds, 1e-9) / settings.workers,

@@ -14,13 +14,18 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from albertlm.vocab import SpecialIds
+
 
 @runtime_checkable
 class Vocabulary(Protocol):
-    """A tokenizer with ALBERT's special-token ids (albertlm.vocab)."""
+    """A tokenizer and its special-token ids (albertlm.vocab.SpecialIds)."""
 
     chinese: bool
     """Chinese mode: one piece per CJK character, jieba word starts."""
+
+    special_ids: SpecialIds
+    """The ids of [PAD], [UNK], [CLS], [SEP], [MASK] and the reserved ids (albertlm.vocab)."""
 
     @property
     def vocab_size(self) -> int:
@@ -49,7 +54,7 @@ class Vocabulary(Protocol):
         """Pieces for ids."""
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
-        """Ids for pieces (unknown ones: UNK_ID)."""
+        """Ids for pieces (unknown ones: special_ids.unk)."""
 
     def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
         """Write the vocabulary's files into a model directory."""

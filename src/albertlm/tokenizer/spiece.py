@@ -24,7 +24,7 @@ from albertlm.errors import AlbertlmError
 from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
 from albertlm.utils import atomic_write_bytes, atomic_write_text
-from albertlm.vocab import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, pair_inputs
+from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS, pair_inputs
 
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer_config.json"
@@ -62,6 +62,7 @@ class Tokenizer:
         self.do_lower_case, self.keep_accents, self.chinese = do_lower_case, keep_accents, chinese
         self.num_threads, self.parse_special_tokens = num_threads, parse_special_tokens
         self._proto = bytes(model_proto)
+        self.special_ids = SPIECE_IDS  # ALBERT's layout, checked below
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(self._proto)
@@ -76,8 +77,9 @@ class Tokenizer:
         # A piece starts a word when it carries SentencePiece's "▁"; special tokens are words of
         # their own; <unk> stands for characters inside a word (SentencePiece emits "▁" apart).
         starts = np.array([p.startswith(_META) for p in self._pieces], dtype=bool)
-        starts[[PAD_ID, CLS_ID, SEP_ID, MASK_ID]] = True
-        starts[UNK_ID] = False
+        special = self.special_ids
+        starts[[special.pad, special.cls, special.sep, special.mask]] = True
+        starts[special.unk] = False
         self._word_start = starts
         self._meta_id = self._sp.piece_to_id(_META) if _META in self._pieces else -1
         self._buffers = self._find_buffer_batch()
@@ -184,7 +186,7 @@ class Tokenizer:
         return [self._pieces[int(i)] for i in ids]
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
-        """Ids for pieces; unknown pieces map to UNK_ID."""
+        """Ids for pieces; unknown pieces map to <unk>'s id."""
         return [self._sp.piece_to_id(t) for t in tokens]
 
     # ---- encoding
@@ -300,7 +302,7 @@ class Tokenizer:
         Returns:
             (input_ids int32 [L], token_type_ids int32 [L]).
         """
-        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b))
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
         return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
@@ -314,7 +316,8 @@ class Tokenizer:
         if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
         parts: list[str] = []  # SentencePiece decodes control symbols to "": keep them apart
-        for special, run in groupby(ids, key=lambda i: i in (PAD_ID, CLS_ID, SEP_ID, MASK_ID)):
+        s = self.special_ids
+        for special, run in groupby(ids, key=lambda i: i in (s.pad, s.cls, s.sep, s.mask)):
             if not special:
                 parts.append(self._sp.decode(list(run)))
             elif not skip_special_tokens:
