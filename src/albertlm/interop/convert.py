@@ -228,7 +228,8 @@ def write_hf_tokenizer(vocabulary: Path, dst: Path) -> list[str]:
 
     SentencePiece: spiece.model + tokenizer_config.json (AlbertTokenizer, with the source's own
     tokenizer_config.json options when it has one, else ALBERT's defaults). WordPiece: vocab.txt +
-    tokenizer_config.json naming BertTokenizer (lower-cased, as both Chinese releases were trained).
+    tokenizer_config.json naming BertTokenizer and its special tokens (lower-cased, as both Chinese
+    releases were trained).
     """
     if vocabulary.suffix == ".model":
         from albertlm.tokenizer import Tokenizer
@@ -237,9 +238,9 @@ def write_hf_tokenizer(vocabulary: Path, dst: Path) -> list[str]:
         source = vocabulary.parent if vocabulary.name == "spiece.model" and beside.is_file() else vocabulary
         Tokenizer.load(source).save(dst)
         return ["spiece.model", "tokenizer_config.json"]
-    shutil.copyfile(vocabulary, dst / "vocab.txt")
-    atomic_write_text(dst / "tokenizer_config.json", json.dumps(
-        {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 512}, indent=2) + "\n")
+    from albertlm.tokenizer.wordpiece import WordPieceTokenizer
+
+    WordPieceTokenizer.load(vocabulary).save(dst)  # BertTokenizer's defaults: lower-cased
     return ["vocab.txt", "tokenizer_config.json"]
 
 
@@ -305,14 +306,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
 
 
 def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, notes: list[str]) -> list[str]:
-    from albertlm.interop.hf import _refusal
+    from albertlm.interop.hf import transformers_can_load
 
     if vocabulary is not None and vocabulary.suffix != ".model":
         model.config = _wordpiece_ids(vocabulary, model.config)
     model.save_pretrained(tmp)
     if vocabulary is not None:
         write_hf_tokenizer(vocabulary, tmp)
-    if _refusal(model.config, "AlbertForPreTraining") is not None:
+    if not transformers_can_load(model.config):
         notes.append(f"transformers cannot express embedding_layout={model.config.embedding_layout!r}: "
                      "load this directory with albertlm (AlbertForPreTraining.from_pretrained, "
                      "albertlm finetune --model)")

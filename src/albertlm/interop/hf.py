@@ -412,6 +412,11 @@ def load_state_into(model: nn.Module, path: str | Path) -> None:
         raise AlbertlmError(_one_line(source, "does not hold the complete model:", [*missing, *unexpected]))
 
 
+def transformers_can_load(config: AlbertConfig) -> bool:
+    """Whether transformers' ALBERT classes can express this network (not partial sharing or albert_zh)."""
+    return _refusal(config, "AlbertModel") is None
+
+
 def _refusal(config: AlbertConfig, arch: str) -> str | None:
     """The message transformers should show for a network it cannot express, or None if it can."""
     if config.projects_words:

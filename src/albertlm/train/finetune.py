@@ -31,6 +31,7 @@ from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
+from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
@@ -360,6 +361,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
                "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(train_ex),
                "train_features": len(train_f), "dev_examples": len(dev_ex),
                "train_seconds": time.perf_counter() - start, "model_dir": str(model_dir), "out_dir": str(out_dir),
+               "transformers_loads": transformers_can_load(config),
                "recipe": dataclasses.asdict(r)}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
@@ -376,5 +378,6 @@ def format_results(results: dict[str, Any]) -> str:
     lines.append(f"{results['task']}: {results['steps']} steps, {results['train_examples']:,} training examples, "
                  f"{results['dev_examples']:,} dev examples, {results['train_seconds'] / 60:.1f} min"
                  + (" (stopped early)" if results["stopped_early"] else ""))
-    lines.append(f"best model (loads in transformers): {results['out_dir']}")
+    where = "loads in transformers" if results.get("transformers_loads", True) else "loads in albertlm only"
+    lines.append(f"best model ({where}): {results['out_dir']}")
     return "\n".join(lines)
