@@ -9,14 +9,14 @@ with (seed, split, b, d): the output is byte-identical whatever the number of wo
 Output directory:
     train-00000.shard ...     examples for training (format: data/shards.py)
     heldout-00000.shard ...   examples from held-out documents (never seen in training)
-    meta.json                 settings, tokenizer, counts, corpus statistics and the sha256 of
-                              every shard; written last, so its presence means the build completed
+    meta.json                 settings, tokenizer (kind, vocabulary file sha256, special ids), counts,
+                              corpus statistics and the sha256 of every shard; written last, so its
+                              presence means the build completed
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -101,10 +101,10 @@ _TOKENIZER = None
 
 def _init_worker(tokenizer_dir: str, threads: int) -> None:
     global _TOKENIZER
-    from albertlm.tokenizer import Tokenizer
+    from albertlm.tokenizer import load_vocabulary
 
     # Text that literally contains "[MASK]" is text, not a control token (as the official pipeline).
-    _TOKENIZER = Tokenizer.load(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
+    _TOKENIZER = load_vocabulary(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
 
 
 def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict[str, Any]:
@@ -242,14 +242,14 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
 
     Args:
         corpus_spec: a corpus SPEC (data/corpus.py), e.g. `kjv` or `books/*.txt`.
-        tokenizer_dir: directory with spiece.model (albertlm tokenizer train).
+        tokenizer_dir: directory with spiece.model (albertlm tokenizer train) or a WordPiece vocab.txt.
         out_dir: where shards and meta.json go (must not hold a completed build).
         settings: BuildSettings.
         progress: show a progress bar.
     Returns:
         The meta.json content: settings, counts per split, throughput, corpus statistics.
     """
-    from albertlm.tokenizer import Tokenizer
+    from albertlm.tokenizer import load_vocabulary, vocabulary_fingerprint
 
     out_dir = Path(out_dir)
     if (out_dir / "meta.json").exists():
@@ -257,8 +257,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*out_dir.glob("train-*.shard"), *out_dir.glob("heldout-*.shard")]:
         stale.unlink()  # leftovers of an interrupted build
-    tok = Tokenizer.load(tokenizer_dir)
-    model_bytes = (Path(tokenizer_dir) / "spiece.model").read_bytes()
+    tok = load_vocabulary(tokenizer_dir)
+    fingerprint = vocabulary_fingerprint(tokenizer_dir)  # kind, file, sha256: which vocabulary built the data
     corpus = Corpus(corpus_spec)
     shard_meta = {"vocab_size": tok.vocab_size, "max_seq_length": settings.max_seq_length,
                   "masking": settings.masking, "max_predictions": settings.max_predictions,
@@ -295,7 +295,7 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     seconds = time.perf_counter() - start
     meta = {"format": "albertlm-pretraining-data", "version": META_VERSION,
             "settings": dataclasses.asdict(settings), "corpus": corpus_spec,
-            "tokenizer": {"vocab_size": tok.vocab_size, "sha256": hashlib.sha256(model_bytes).hexdigest(),
+            "tokenizer": {"vocab_size": tok.vocab_size, **fingerprint, "chinese": tok.chinese,
                           "special_ids": tok.special_ids.to_json()},
             "documents": documents, "sentences": sentences, "text_tokens": text_tokens,
             "seconds": seconds, "tokens_per_s": text_tokens / max(seconds, 1e-9),

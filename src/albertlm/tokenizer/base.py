@@ -1,8 +1,11 @@
 """What every kind of vocabulary offers the rest of albertlm.
 
 The data build, fine-tuning, inference and the analyses use a vocabulary only through these
-members, so a second kind (a WordPiece `vocab.txt`, as the Chinese ALBERT releases use) can sit
-beside the SentencePiece one (`spiece.Tokenizer`) without their changing.
+members, so the WordPiece `vocab.txt` of the Chinese ALBERT releases (`wordpiece.WordPieceTokenizer`)
+sits beside the SentencePiece one (`spiece.Tokenizer`); `auto.load_vocabulary` picks the class. A
+vocabulary that knows each piece's exact character span may also offer
+`encode_batch_with_offsets(texts) -> [(ids, [(start, end)])]` (WordPiece does); question
+answering uses it when present and aligns piece surfaces otherwise.
 """
 
 from __future__ import annotations

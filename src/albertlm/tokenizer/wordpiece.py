@@ -39,8 +39,9 @@ MAX_CHARS_PER_WORD = 100
 SPECIAL_NAMES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 """BERT's special tokens; tokenizer_config.json's `<name>_token` fields may rename them."""
 CHINESE_SHARE = 0.3
-"""Without a recorded choice, Chinese mode is on when more than this share of entries are CJK
-ideographs (Google's Chinese vocab.txt: about two thirds; the English ones: a few percent)."""
+"""Without a recorded choice, Chinese mode is on when more than this share of the entries (special
+and reserved ones aside) are CJK ideographs (Google's Chinese vocab.txt: about two thirds; the
+English ones: a few percent)."""
 _RESERVED_RE = re.compile(r"^(\[[^\[\]\s]+\]|<[^<>\s]+>)$")
 
 
@@ -95,7 +96,7 @@ class WordPieceTokenizer:
         self.special_ids = SpecialIds(**named, reserved=reserved)
         if chinese is None:
             han = sum(1 for p in self._pieces if len(p.removeprefix("##")) == 1 and HAN_RE.match(p.removeprefix("##")))
-            chinese = han > CHINESE_SHARE * len(self._pieces)
+            chinese = han > CHINESE_SHARE * (len(self._pieces) - len(self.special_ids.excluded))
         self.chinese = chinese
         self._word_start = np.array([not p.startswith("##") for p in self._pieces], dtype=bool)
         self._specials = frozenset({named["pad"], named["cls"], named["sep"], named["mask"]})  # skipped by decode

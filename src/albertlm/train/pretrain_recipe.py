@@ -31,6 +31,10 @@ class PretrainRecipe:
     """Corpus spec (see data/corpus.py): `kjv`, files, globs, directories."""
     vocab_size: int = 8000
     """SentencePiece vocabulary size (capped at what the corpus supports)."""
+    tokenizer: str | None = None
+    """An existing vocabulary directory to pretrain with (spiece.model, or a BERT WordPiece vocab.txt
+    such as Google's Chinese one), copied into the run; None trains a SentencePiece vocabulary of
+    vocab_size on the corpus."""
     max_seq_length: int = 64
     """Tokens per example, [CLS] A [SEP] B [SEP] included (paper: 512; short runs learn faster at 64)."""
     objective: str = "sop"
