@@ -488,3 +488,19 @@ def test_converted_albert_zh_fine_tunes_as_a_classifier(tmp_path):
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+
+
+def test_google_digit_comma_rule_on_for_google_checkpoints_and_kept_through_tf(tmp_path):
+    from albertlm.tokenizer import Tokenizer
+
+    summary = convert(FIXTURES / "google", tmp_path / "g")
+    assert Tokenizer.load(tmp_path / "g").split_digit_comma and any("digit-comma" in n for n in summary.notes)
+    # an albertlm tokenizer that says the rule is off keeps it off, through TF and back
+    Tokenizer.load(tmp_path / "g", split_digit_comma=False).save(tmp_path / "g")
+    convert(tmp_path / "g", tmp_path / "tf", to="tf")
+    assert (tmp_path / "tf" / "tokenizer_config.json").is_file()
+    convert(tmp_path / "tf", tmp_path / "back")
+    assert not Tokenizer.load(tmp_path / "back").split_digit_comma
+    # albert_zh's WordPiece vocabulary has no such rule
+    convert(FIXTURES / "albert_zh", tmp_path / "zh")
+    assert "split_digit_comma" not in (tmp_path / "zh" / "tokenizer_config.json").read_text()

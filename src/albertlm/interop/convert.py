@@ -220,28 +220,47 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
     atomic_write_text(dst / TF_CONFIG_NAME, config_json)
     if vocabulary is not None:
         shutil.copyfile(vocabulary, dst / ("spiece.model" if vocabulary.suffix == ".model" else "vocab.txt"))
+        options = vocabulary.parent / "tokenizer_config.json"
+        if options.is_file():  # keeps the tokenizer's settings (lower-casing, the digit-comma rule) for the way back
+            shutil.copyfile(options, dst / "tokenizer_config.json")
     return sorted(p.name for p in dst.iterdir() if p.is_file())
 
 
-def write_hf_tokenizer(vocabulary: Path, dst: Path) -> list[str]:
+def write_hf_tokenizer(vocabulary: Path, dst: Path, google: bool = False) -> list[str]:
     """The tokenizer files transformers and albertlm read, from a TF checkpoint's vocabulary.
 
     SentencePiece: spiece.model + tokenizer_config.json (AlbertTokenizer, with the source's own
-    tokenizer_config.json options when it has one, else ALBERT's defaults). WordPiece: vocab.txt +
-    tokenizer_config.json naming BertTokenizer and its special tokens (lower-cased, as both Chinese
-    releases were trained).
+    tokenizer_config.json options when it has one, else ALBERT's defaults). Google's digit-comma
+    rule (`albertlm.split_digit_comma`) is turned on for Google's checkpoints (`google`), which
+    were trained with it, unless the source's tokenizer_config.json says otherwise. WordPiece:
+    vocab.txt + tokenizer_config.json naming BertTokenizer and its special tokens (lower-cased, as
+    both Chinese releases were trained).
+
+    Returns:
+        The names of the files written.
     """
     if vocabulary.suffix == ".model":
         from albertlm.tokenizer import Tokenizer
 
         beside = vocabulary.parent / "tokenizer_config.json"
         source = vocabulary.parent if vocabulary.name == "spiece.model" and beside.is_file() else vocabulary
-        Tokenizer.load(source).save(dst)
+        stated = source == vocabulary.parent and "split_digit_comma" in _albertlm_options(beside)
+        Tokenizer.load(source, **({} if stated else {"split_digit_comma": google})).save(dst)
         return ["spiece.model", "tokenizer_config.json"]
     from albertlm.tokenizer.wordpiece import WordPieceTokenizer
 
     WordPieceTokenizer.load(vocabulary).save(dst)  # BertTokenizer's defaults: lower-cased
     return ["vocab.txt", "tokenizer_config.json"]
+
+
+def _albertlm_options(path: Path) -> dict:
+    """The "albertlm" section of a tokenizer_config.json ({} when absent or unreadable: load reports that)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    section = data.get("albertlm") if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else {}
 
 
 def _wordpiece_ids(vocabulary: Path, config: AlbertConfig) -> AlbertConfig:
@@ -298,21 +317,26 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
         if to == "tf":
             summary.files = write_tf(model, tmp, vocabulary)
         else:
-            summary.files = _write_hf(model, tmp, vocabulary, summary.notes)
+            google = source.kind == "tf" and not model.config.projects_words
+            summary.files = _write_hf(model, tmp, vocabulary, summary.notes, google)
     if vocabulary is None:
         summary.notes.append(f"no vocabulary ({', '.join(SPIECE_NAMES + WORDPIECE_NAMES)}) found beside "
                              "the source: add the tokenizer files yourself")
     return summary
 
 
-def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, notes: list[str]) -> list[str]:
+def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, notes: list[str],
+              google: bool) -> list[str]:
     from albertlm.interop.hf import transformers_can_load
 
     if vocabulary is not None and vocabulary.suffix != ".model":
         model.config = _wordpiece_ids(vocabulary, model.config)
     model.save_pretrained(tmp)
     if vocabulary is not None:
-        write_hf_tokenizer(vocabulary, tmp)
+        write_hf_tokenizer(vocabulary, tmp, google)
+        if _albertlm_options(tmp / "tokenizer_config.json").get("split_digit_comma"):
+            notes.append("Google's digit-comma rule is on (albertlm.split_digit_comma in tokenizer_config.json): "
+                         "albertlm splits '7,' as Google's tokenizer did; transformers' AlbertTokenizer does not")
     if not transformers_can_load(model.config):
         notes.append(f"transformers cannot express embedding_layout={model.config.embedding_layout!r}: "
                      "load this directory with albertlm (AlbertForPreTraining.from_pretrained, "
