@@ -103,3 +103,14 @@ def test_presets_shapes():
     assert get_preset("bert-large").num_hidden_groups == 24
     with pytest.raises(ConfigError, match="unknown preset"):
         get_preset("albert-huge")
+
+
+def test_embedding_layout_is_validated_and_written(tmp_path):
+    config = AlbertConfig(embedding_layout="albert_zh", vocab_size=100, hidden_size=64,
+                          num_attention_heads=4, intermediate_size=128)
+    assert config.embedding_width == 64 and config.projects_words
+    assert AlbertConfig().embedding_width == 128 and not AlbertConfig().projects_words
+    config.to_json_file(tmp_path / "config.json")
+    assert AlbertConfig.from_json_file(tmp_path / "config.json") == config
+    with pytest.raises(ConfigError, match="embedding_layout 'zh' is unknown"):
+        AlbertConfig(embedding_layout="zh")

@@ -49,7 +49,7 @@ def randomise(module: nn.Module, seed: int, std: float = 0.1) -> nn.Module:
 
 def hf_config(tf, config: AlbertConfig):
     """transformers' config for `config`, without our `sharing` field (as transformers writes it)."""
-    data = {k: v for k, v in config.to_dict().items() if k not in ("sharing", "model_type")}
+    data = {k: v for k, v in config.to_dict().items() if k not in ("sharing", "embedding_layout", "model_type")}
     return tf.AlbertConfig(**data)
 
 
@@ -327,6 +327,29 @@ def test_partial_sharing_round_trip_and_transformers_refuses(tf, tmp_path, shari
     with pytest.raises(Exception) as err:
         tf.AlbertForPreTraining.from_pretrained(tmp_path)
     assert "albertlm" in str(err.value) and sharing in str(err.value)
+
+
+def test_albert_zh_layout_round_trip_and_transformers_refuses(tf, tmp_path):
+    config = AlbertConfig(**{**TINY, "embedding_layout": "albert_zh"})
+    model = randomise(AlbertForPreTraining(config), seed=71)
+    model.save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert data["embedding_layout"] == "albert_zh" and "layer_types" in data
+    keys = set(load_file(str(tmp_path / "model.safetensors")))
+    assert "albert.embeddings.word_embeddings_2.weight" in keys
+    assert not any("embedding_hidden_mapping_in" in k for k in keys)
+
+    loaded = AlbertForPreTraining.from_pretrained(tmp_path)
+    assert loaded.config == config
+    inputs, labels, sop = make_batch(config)
+    with torch.no_grad():
+        a = model(**inputs, labels=labels, sentence_order_label=sop)
+        b = loaded(**inputs, labels=labels, sentence_order_label=sop)
+    assert torch.equal(a.prediction_logits, b.prediction_logits) and torch.equal(a.sop_logits, b.sop_logits)
+
+    with pytest.raises(Exception) as err:
+        tf.AlbertForPreTraining.from_pretrained(tmp_path)
+    assert "albertlm" in str(err.value) and "albert_zh" in str(err.value)
 
 
 def test_a_config_overstating_the_vocabulary_is_refused_before_allocating(tmp_path):

@@ -165,3 +165,24 @@ def test_pipeline_is_numpy_only():
             elif isinstance(node, ast.ImportFrom):
                 names.add(node.module or "")
         assert not any(n.split(".")[0] == "torch" or n.startswith("albertlm.model") for n in names)
+
+
+def test_masking_uses_the_vocabulary_special_ids():
+    # A BERT vocab.txt layout: [PAD] 0, [unused*] 1-99, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+    from albertlm.vocab import SpecialIds
+
+    special = SpecialIds(pad=0, unk=100, cls=101, sep=102, mask=103, reserved=tuple(range(1, 100)))
+    rng = np.random.default_rng(0)
+    drawn = []
+    for _ in range(300):
+        body = rng.integers(104, 200, size=20)
+        tokens = np.concatenate([[101], body[:9], [102], body[9:], [102], [0, 0]]).astype(np.int32)
+        starts = np.ones(len(tokens), bool)
+        m = mask_instance(tokens, starts, rng, vocab_size=200, masked_lm_prob=0.5, max_predictions=20,
+                          special=special)
+        predicted = m.labels != IGNORE_INDEX
+        assert not predicted[[0, 10, 22, 23, 24]].any()  # [CLS], [SEP], [PAD] never masked
+        new = m.input_ids[predicted]
+        drawn += new[(new != 103) & (new != m.labels[predicted])].tolist()
+        assert ((new == 103) | (new >= 104)).all()
+    assert len(drawn) > 100 and min(drawn) >= 104

@@ -323,3 +323,27 @@ def test_init_embeddings_moves_only_the_starting_point():
     assert torch.equal(model.state_dict()["albert.project.weight"], proj)
     with pytest.raises(ValueError):
         model.init_embeddings(position="learned")
+
+
+def test_albert_zh_layout_is_albert_zh_network():
+    # brightmart/albert_zh: word vectors x word_embeddings_2 (E x H, no bias) + H-wide position and
+    # type tables, LayerNorm(H), no projection after; the MLM transform is H-wide and decodes back
+    # through the transposed word projection, then the word table, plus the output bias.
+    config = get_preset("test", embedding_layout="albert_zh", hidden_dropout_prob=0.0)
+    model = AlbertForPreTraining(config).eval()
+    emb = model.albert.embeddings
+    assert emb.word_project.bias is None and tuple(emb.position.weight.shape)[1] == config.hidden_size
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.1)
+    ids = torch.randint(0, config.vocab_size, (2, 7))
+    types = torch.randint(0, 2, (2, 7))
+    with torch.no_grad():
+        x = emb.word.weight[ids] @ emb.word_project.weight.T + emb.position.weight[:7] + emb.token_type.weight[types]
+        x = torch.nn.functional.layer_norm(x, (config.hidden_size,), emb.norm.weight, emb.norm.bias, config.layer_norm_eps)
+        out = model(ids, token_type_ids=types, output_hidden_states=True)
+        torch.testing.assert_close(out.hidden_states[0], x)
+        h = out.hidden_states[-1]
+        t = model.mlm.norm(torch.nn.functional.gelu(model.mlm.dense(h), approximate="tanh"))
+        logits = (t @ emb.word_project.weight) @ emb.word.weight.T + model.mlm.bias
+        torch.testing.assert_close(out.prediction_logits, logits)

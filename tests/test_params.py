@@ -21,6 +21,7 @@ TINY = {
     "G2K2": get_preset("test", num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
     "G1K2": get_preset("test", inner_group_num=2),
     "G3": get_preset("test", num_hidden_layers=6, num_hidden_groups=3),
+    "albert_zh": get_preset("test", embedding_layout="albert_zh"),
 }
 
 
@@ -62,6 +63,21 @@ def test_breakdown_parts():
     assert (attention.num_attention_blocks, attention.num_ffn_blocks) == (1, 12)
 
 
+def test_albert_zh_layout_counts_each_tensor():
+    # The count is the sum of the tensors' sizes, part by part: H-wide position/type tables and
+    # LayerNorm, a bias-free E×H word projection, no E→H projection after the sum, an H→H MLM dense.
+    config = TINY["albert_zh"]
+    V, E, H = config.vocab_size, config.embedding_size, config.hidden_size
+    P, T = config.max_position_embeddings, config.type_vocab_size
+    count = count_parameters(config)
+    model = AlbertForPreTraining(config)
+    emb = model.albert.embeddings
+    assert count.embeddings == sum(p.numel() for p in emb.parameters()) == V * E + E * H + (P + T) * H + 2 * H
+    assert count.projection == sum(p.numel() for p in model.albert.project.parameters()) == 0
+    assert count.mlm_head == sum(p.numel() for p in model.mlm.parameters()) == H * H + H + 2 * H + V
+    assert count.with_heads == sum(p.numel() for p in model.parameters())
+
+
 def test_every_paper_figure_within_2m_except_xxlarge():
     records = [r for r in accounting() if r["paper_M"] is not None]
     assert len(records) == 6 + 8 + 8  # Tables 1, 3, 4
@@ -76,7 +92,7 @@ def test_every_paper_figure_within_2m_except_xxlarge():
     assert blank == {"bert-xlarge", "albert-tiny", "albert-mini", "test"}
 
 
-@pytest.mark.parametrize("name", ["G2K2", "attention", "none"])
+@pytest.mark.parametrize("name", ["G2K2", "attention", "none", "albert_zh"])
 def test_flops_match_torch_flop_counter(name):
     # The math SDPA backend decomposes into bmm, so the counter sees the attention terms too.
     config = TINY[name]

@@ -17,6 +17,7 @@ from typing import Any
 from albertlm.errors import ConfigError
 
 SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
+EMBEDDING_LAYOUTS = ("albert", "albert_zh")
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
 # Keys that released TF-era configs carry and nothing reads; accepted and dropped.
@@ -74,6 +75,8 @@ class AlbertConfig:
     """The MLM decoder reuses the word-embedding table (always true for ALBERT)."""
     sharing: str = "all"
     """Cross-layer sharing (paper Table 4): all, attention, ffn or none."""
+    embedding_layout: str = "albert"
+    """Where E→H sits: "albert" after the E-wide sum, "albert_zh" on the word vectors (brightmart/albert_zh)."""
     num_labels: int = 2
     """Outputs of a fine-tuning classifier (the SOP head always has 2)."""
     id2label: dict[int, str] | None = None
@@ -115,6 +118,9 @@ class AlbertConfig:
                 f"({self.num_attention_heads})")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is unknown; choose one of {', '.join(ACTIVATIONS)}")
+        if self.embedding_layout not in EMBEDDING_LAYOUTS:
+            raise ConfigError(f"embedding_layout {self.embedding_layout!r} is unknown; "
+                              f"choose one of {', '.join(EMBEDDING_LAYOUTS)}")
         if self.sharing not in SHARING_STRATEGIES:
             raise ConfigError(f"sharing {self.sharing!r} is unknown; choose one of {', '.join(SHARING_STRATEGIES)}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -164,6 +170,20 @@ class AlbertConfig:
                 group = int(i / (L / G))  # HF's formula; equal to TF's when G divides L
                 schedule.extend((group * K + k, group * K + k) for k in range(K))
         return schedule
+
+    @property
+    def projects_words(self) -> bool:
+        """True when E→H is applied to the word vectors alone, without bias, before the sum ("albert_zh")."""
+        return self.embedding_layout == "albert_zh"
+
+    @property
+    def embedding_width(self) -> int:
+        """W: width of the position and token-type tables, the embedding LayerNorm and the MLM transform.
+
+        E under "albert" (the paper's §3.1: everything before the projection is E-wide); H under
+        "albert_zh", whose word vectors are projected to H before positions and segments are added.
+        """
+        return self.hidden_size if self.projects_words else self.embedding_size
 
     @property
     def num_attention_blocks(self) -> int:

@@ -2,10 +2,12 @@
 
     input ids ──► word (V×E) + position (P×E) + type (2×E) embeddings ──► LayerNorm        §3.1
               ──► E→H projection (the factorized embedding)                              §3.1
+                  (albert_zh's layout projects the word vectors alone, E→H without bias, and
+                  sums H-wide positions and types: `AlbertConfig.embedding_width` says which)
               ──► L layer applications; which parameters each one uses is the sharing     §3.1
                   strategy (`AlbertConfig.block_schedule`): all, attention, ffn, none
               ──► pooler: tanh(Linear(h[CLS]))
-    heads:        MLM  H→E, activation, LayerNorm, decoder tied to the word table + bias
+    heads:        MLM  H→W, activation, LayerNorm, back through the tied word path to V + bias
                   SOP  Linear(H→2): 0 = segments in order, 1 = swapped                    §3.2
 
 Every layer is post-LN as in BERT: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
@@ -38,26 +40,40 @@ def activation(name: str):
 
 # ---------------------------------------------------------------------------- embeddings
 class Embeddings(nn.Module):
-    """Word + position + token-type lookups, all E-dimensional, then LayerNorm (paper §3.1)."""
+    """Word + position + token-type lookups summed at width W, then LayerNorm (paper §3.1).
+
+    W is `config.embedding_width`: E in ALBERT, whose E→H projection follows (AlbertModel.project);
+    H in albert_zh's layout, whose word vectors alone go E→H (`word_project`, no bias) first.
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
-        E = config.embedding_size
+        E, W = config.embedding_size, config.embedding_width
         self.word = nn.Embedding(config.vocab_size, E)
-        self.position = nn.Embedding(config.max_position_embeddings, E)
-        self.token_type = nn.Embedding(config.type_vocab_size, E)
-        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
+        self.word_project = nn.Linear(E, W, bias=False) if config.projects_words else None
+        self.position = nn.Embedding(config.max_position_embeddings, W)
+        self.token_type = nn.Embedding(config.type_vocab_size, W)
+        self.norm = nn.LayerNorm(W, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
                 position_ids: torch.Tensor | None) -> torch.Tensor:
-        """input_ids [B, S] -> embeddings [B, S, E]."""
+        """input_ids [B, S] -> embeddings [B, S, W]."""
         S = input_ids.shape[1]
         if position_ids is None:
             position_ids = torch.arange(S, device=input_ids.device)  # [S], broadcast over B
-        x = self.word(input_ids) + self.position(position_ids)
+        x = self.words(input_ids) + self.position(position_ids)  # [B, S, W]
         x = x + (self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids))
         return self.dropout(self.norm(x))
+
+    def words(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [B, S] -> word vectors [B, S, W] (through `word_project` when there is one)."""
+        x = self.word(input_ids)  # [B, S, E]
+        return x if self.word_project is None else self.word_project(x)
+
+    def unproject(self, y: torch.Tensor) -> torch.Tensor:
+        """y [..., W] -> [..., E]: back through the transpose of `word_project` (tied), if any."""
+        return y if self.word_project is None else y @ self.word_project.weight  # weight [W, E]
 
 
 # ---------------------------------------------------------------------------- the two halves of a layer
@@ -254,7 +270,7 @@ class PreTrainedAlbert(nn.Module):
                         table.copy_((sinus * math.sqrt(2.0) * std).to(table.dtype))
                 if token_type == "zero":
                     nn.init.zeros_(module.token_type.weight)
-            if isinstance(module, AlbertModel) and projection == "unit":
+            if isinstance(module, AlbertModel) and projection == "unit" and isinstance(module.project, nn.Linear):
                 nn.init.normal_(module.project.weight, mean=0.0, std=1.0 / math.sqrt(self.config.embedding_size))
 
     def num_parameters(self) -> int:
@@ -290,7 +306,8 @@ class AlbertModel(PreTrainedAlbert):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.project = nn.Linear(config.embedding_size, config.hidden_size)  # E→H, paper §3.1
+        # E→H, paper §3.1; albert_zh's embeddings are H-wide already (their words were projected)
+        self.project = nn.Identity() if config.projects_words else nn.Linear(config.embedding_size, config.hidden_size)
         self.encoder = Encoder(config)
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
         self.init_weights()
@@ -313,7 +330,7 @@ class AlbertModel(PreTrainedAlbert):
         Returns:
             AlbertModelOutput with last_hidden_state [B, S, H] and pooler_output [B, H].
         """
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, E]
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, W]
         mask = attention_bias(attention_mask)  # None when nothing is padded
         if unpad and mask is not None:
             B, S, _ = x.shape
@@ -339,18 +356,24 @@ def repad(packed: torch.Tensor, index: torch.Tensor, B: int, S: int) -> torch.Te
 
 # ---------------------------------------------------------------------------- pretraining heads
 class MLMHead(nn.Module):
-    """H→E dense, activation, LayerNorm, then the tied E→V decoder plus its own bias."""
+    """H→W dense, activation, LayerNorm, then the tied path back to the vocabulary plus its own bias.
+
+    W is `config.embedding_width` (E in ALBERT). The way back is the input path transposed: the
+    word projection W→E when the layout has one (albert_zh), then the word table E→V.
+    """
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        W = config.embedding_width
+        self.dense = nn.Linear(config.hidden_size, W)
         self.act = activation(config.hidden_act)
-        self.norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.norm = nn.LayerNorm(W, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """h [..., H], word_embeddings [V, E] -> logits [..., V]."""
-        return F.linear(self.norm(self.act(self.dense(h))), word_embeddings, self.bias)
+    def forward(self, h: torch.Tensor, embeddings: Embeddings) -> torch.Tensor:
+        """h [..., H] -> logits [..., V], decoding through `embeddings`' tied tables."""
+        y = embeddings.unproject(self.norm(self.act(self.dense(h))))  # [..., E]
+        return F.linear(y, embeddings.word.weight, self.bias)  # [..., V]
 
 
 class AlbertForPreTraining(PreTrainedAlbert):
@@ -385,17 +408,17 @@ class AlbertForPreTraining(PreTrainedAlbert):
         """
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, unpad)
         h = out.last_hidden_state  # [B, S, H]
-        word = self.albert.embeddings.word.weight  # [V, E], tied decoder
+        tied = self.albert.embeddings  # the decoder reuses the word table (and word projection)
         sop_logits = self.sop(out.pooler_output)  # [B, 2]
 
         mlm_loss = sop_loss = None
         prediction_mask = None
         if labels is not None and not dense_logits:
             prediction_mask = labels != IGNORE_INDEX  # [B, S]
-            logits = self.mlm(h[prediction_mask], word)  # [N, V]
+            logits = self.mlm(h[prediction_mask], tied)  # [N, V]
             targets = labels[prediction_mask]  # [N]
         else:
-            logits = self.mlm(h, word)  # [B, S, V]
+            logits = self.mlm(h, tied)  # [B, S, V]
             targets = labels.reshape(-1) if labels is not None else None
         if targets is not None:
             if targets.numel() and bool((targets != IGNORE_INDEX).any()):

@@ -35,9 +35,11 @@ class ParamCount:
     """Distinct trainable parameters of one config, part by part (shared/tied ones once)."""
 
     embeddings: int
-    """Word V×E + position P×E + token type T×E tables and their LayerNorm (2E)."""
+    """Word V×E + position P×W + token type T×W tables and their LayerNorm (2W), where W is
+    `config.embedding_width`; albert_zh's layout adds its bias-free word projection E·H (W = H)."""
     projection: int
-    """E→H projection E·H + H (HF and our model keep it even when E == H; TF omits it then)."""
+    """E→H projection E·H + H (HF and our model keep it even when E == H; TF omits it then); 0 in
+    albert_zh's layout, which projects the words instead."""
     attention_block: int
     """One attention block: fused QKV 3H²+3H, output H²+H, LayerNorm 2H."""
     num_attention_blocks: int
@@ -49,7 +51,7 @@ class ParamCount:
     pooler: int
     """Pooler H·H + H."""
     mlm_head: int
-    """MLM head: dense H·E+E, LayerNorm 2E, output bias V (decoder tied to the word table)."""
+    """MLM head: dense H·W+W, LayerNorm 2W, output bias V (decoder tied to the word table)."""
     sop_head: int
     """SOP classifier 2H + 2."""
 
@@ -82,16 +84,17 @@ def count_parameters(config: AlbertConfig) -> ParamCount:
         equals `AlbertForPreTraining(config).num_parameters()`.
     """
     V, E, H, I = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
-    P, T = config.max_position_embeddings, config.type_vocab_size
+    P, T, W = config.max_position_embeddings, config.type_vocab_size, config.embedding_width
+    word_projection = E * H if config.projects_words else 0
     return ParamCount(
-        embeddings=(V + P + T) * E + 2 * E,
-        projection=E * H + H,
+        embeddings=V * E + word_projection + (P + T) * W + 2 * W,
+        projection=0 if config.projects_words else E * H + H,
         attention_block=4 * H * H + 4 * H + 2 * H,
         num_attention_blocks=config.num_attention_blocks,
         ffn_block=2 * H * I + I + H + 2 * H,
         num_ffn_blocks=config.num_ffn_blocks,
         pooler=H * H + H,
-        mlm_head=H * E + E + 2 * E + V,
+        mlm_head=H * W + W + 2 * W + V,
         sop_head=2 * H + 2,
     )
 
@@ -106,10 +109,11 @@ def flops_per_token(config: AlbertConfig, seq_len: int = SEQ_LEN, training: bool
     weights count; biases, LayerNorm, GELU, softmax and embedding lookups are left out. Shared
     weights count once per *application* (sharing saves parameters, not compute, paper §4.3).
     Terms per token:
-      - E→H projection E·H;
+      - E→H projection E·H (of the summed embeddings, or of the words in albert_zh's layout);
       - per layer application 4H² (attention) + 2H·I (FFN), plus attention scores QKᵀ and the
         context AV over all S keys: 2·S·H FLOPs each forward, i.e. 4·S·H, times 3 when training;
-      - MLM head H·E + E·V (the tied decoder is a matmul too) on `mlm_fraction` of the positions,
+      - MLM head H·W + E·V (the tied decoder is a matmul too; W·E more through albert_zh's tied
+        word projection) on `mlm_fraction` of the positions,
         as our model runs it only on the labelled ones (default 15%; the official recipe's cap of
         20 predictions per 512 tokens is 0.039, and 1.0 gives dense logits);
       - pooler H² and SOP head 2H once per sequence, i.e. divided by S.
@@ -124,9 +128,12 @@ def flops_per_token(config: AlbertConfig, seq_len: int = SEQ_LEN, training: bool
         FLOPs per token (a float because of the per-sequence and per-mask terms).
     """
     E, H, I, V = config.embedding_size, config.hidden_size, config.intermediate_size, config.vocab_size
+    W = config.embedding_width
     calls = config.num_layer_calls
     weights = E * H + calls * (4 * H * H + 2 * H * I)
-    weights += mlm_fraction * (H * E + E * V) + (H * H + 2 * H) / seq_len
+    # MLM head H→W, then back to E through the tied word projection when there is one (albert_zh)
+    back = W * E if config.projects_words else 0
+    weights += mlm_fraction * (H * W + back + E * V) + (H * H + 2 * H) / seq_len
     attention = calls * 4 * seq_len * H
     factor = 3 if training else 1
     return factor * (2 * weights + attention)

@@ -111,7 +111,8 @@ def unmasked_heldout_batches(data_dir, batch_size: int = 32, max_examples: int |
     n = min(dataset.num_examples, max_examples or dataset.num_examples)
     out = []
     for start in range(0, n, batch_size):
-        batch = collate([dataset.example(i) for i in range(start, min(n, start + batch_size))])
+        batch = collate([dataset.example(i) for i in range(start, min(n, start + batch_size))],
+                        special=dataset.special_ids)
         masked = batch["labels"] != IGNORE_INDEX
         batch["input_ids"] = torch.where(masked, batch["labels"], batch["input_ids"])
         out.append({k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")})
@@ -144,7 +145,7 @@ def reencode_batches(batches: Iterable[dict[str, torch.Tensor]], source, target,
         examples.append({"input_ids": ids, "token_type_ids": types.astype(np.int64),
                          "attention_mask": np.ones(len(ids), dtype=np.int64),
                          "labels": np.full(len(ids), IGNORE_INDEX, dtype=np.int64), "sentence_order_label": 0})
-    return [{k: v for k, v in collate(examples[i:i + batch_size]).items()
+    return [{k: v for k, v in collate(examples[i:i + batch_size], special=target.special_ids).items()
              if k in ("input_ids", "attention_mask", "token_type_ids")}
             for i in range(0, len(examples), batch_size)]
 

@@ -202,10 +202,11 @@ def measure_step_seconds(settings: StudySettings, shared: Path) -> float:
         torch.manual_seed(settings.seed)
         model = AlbertForPreTraining(config).train()
         optimizer = build_optimizer(settings.optimizer, model, lr=settings.lr, weight_decay=0.01)
-        it = iter(PretrainingDataset(directory, "train", seed=settings.seed))
+        data = PretrainingDataset(directory, "train", seed=settings.seed)
+        it = iter(data)
         times = []
         for k in range(settings.calibration_steps + 1):
-            batch = collate([next(it) for _ in range(batch_size)])
+            batch = collate([next(it) for _ in range(batch_size)], special=data.special_ids)
             start = time.perf_counter()
             with autocast(device, precision):
                 loss = model(**batch).loss
@@ -434,11 +435,11 @@ def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base:
         curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
                                      **smoothness(AlbertModel(trained.config), batches)}
     if hf_checkpoint:
-        from albertlm.tokenizer import Tokenizer
+        from albertlm.tokenizer import load_vocabulary
 
         model = AlbertModel.from_pretrained(hf_checkpoint)
-        source = Tokenizer.load(shared["sop"] / "tokenizer")
-        target = Tokenizer.load(hf_checkpoint)
+        source = load_vocabulary(shared["sop"] / "tokenizer")
+        target = load_vocabulary(hf_checkpoint)
         hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
         curves[f"{Path(hf_checkpoint).name} (--hf-checkpoint)"] = {"run": str(hf_checkpoint),
                                                                     **smoothness(model, hf_batches)}

@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import pretraining, tasks
+from albertlm.cli import checkpoints, pretraining, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -39,6 +39,8 @@ COMMANDS: dict[str, Command] = {
     "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
                "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
                pretraining.report_args, pretraining.report_run),
+    "convert": ("convert a checkpoint: Google's TF1 / TF-Hub / albert_zh to a Hugging Face directory, or back "
+                "with --to tf: albertlm convert model.ckpt-best OUT", checkpoints.convert_args, checkpoints.convert_run),
 }
 
 

@@ -98,7 +98,8 @@ def data_args(p: argparse.ArgumentParser) -> None:
                            "parallel (format: albertlm.data.shards).")
     b.add_argument("--corpus", required=True, metavar="SPEC", help="corpus spec: kjv, files, directories, globs, "
                    "FORMAT:PATH (lines, docs, jsonl)")
-    b.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with spiece.model")
+    b.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with spiece.model (SentencePiece) or "
+                   "vocab.txt (BERT WordPiece, as Chinese ALBERT models use)")
     b.add_argument("--out", required=True, metavar="DIR", help="output directory")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_dataclass_options(b, BuildSettings, "settings")

@@ -24,7 +24,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
                    "conll2003, chnsenticorp, tnews, cluener, or a generic one (classification, regression, "
                    "multilabel, ner-conll); `--task list` prints them all with their metrics")
     p.add_argument("--model", metavar="DIR", help="pretrained model: `albertlm pretrain` output or any Hugging Face "
-                   "ALBERT directory with spiece.model")
+                   "ALBERT directory with spiece.model, or a Chinese ALBERT one with a WordPiece vocab.txt")
     p.add_argument("--data", metavar="DIR", help="the task's data directory (train and dev files)")
     p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: runs/finetune-<task>)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")

@@ -9,14 +9,14 @@ with (seed, split, b, d): the output is byte-identical whatever the number of wo
 Output directory:
     train-00000.shard ...     examples for training (format: data/shards.py)
     heldout-00000.shard ...   examples from held-out documents (never seen in training)
-    meta.json                 settings, tokenizer, counts, corpus statistics and the sha256 of
-                              every shard; written last, so its presence means the build completed
+    meta.json                 settings, tokenizer (kind, vocabulary file sha256, special ids), counts,
+                              corpus statistics and the sha256 of every shard; written last, so its
+                              presence means the build completed
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -101,10 +101,10 @@ _TOKENIZER = None
 
 def _init_worker(tokenizer_dir: str, threads: int) -> None:
     global _TOKENIZER
-    from albertlm.tokenizer import Tokenizer
+    from albertlm.tokenizer import load_vocabulary
 
     # Text that literally contains "[MASK]" is text, not a control token (as the official pipeline).
-    _TOKENIZER = Tokenizer.load(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
+    _TOKENIZER = load_vocabulary(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
 
 
 def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict[str, Any]:
@@ -129,14 +129,15 @@ def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict
         if len(docs) < 2 and s.objective == "nsp":
             continue  # NSP needs another document to draw from (blocks are merged to avoid this)
         made = list(create_block_instances(docs, rng=rng, max_seq_length=s.max_seq_length,
-                                           short_seq_prob=s.short_seq_prob, objective=s.objective))
+                                           short_seq_prob=s.short_seq_prob, objective=s.objective,
+                                           special=tok.special_ids))
         for i in rng.permutation(len(made)):  # the official script shuffles instances
             inst = made[i]
             tokens = inst.tokens
             if s.masking == "static":
                 m = mask_instance(tokens, inst.word_start, rng, vocab_size=tok.vocab_size,
                                   masked_lm_prob=s.masked_lm_prob, max_predictions=s.max_predictions,
-                                  max_ngram=s.max_ngram)
+                                  max_ngram=s.max_ngram, special=tok.special_ids)
                 pos = np.flatnonzero(m.labels != IGNORE_INDEX)
                 rows["mlm_positions"].append(pos.astype(np.uint16))
                 rows["mlm_labels"].append(m.labels[pos].astype(np.int32))
@@ -241,14 +242,14 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
 
     Args:
         corpus_spec: a corpus SPEC (data/corpus.py), e.g. `kjv` or `books/*.txt`.
-        tokenizer_dir: directory with spiece.model (albertlm tokenizer train).
+        tokenizer_dir: directory with spiece.model (albertlm tokenizer train) or a WordPiece vocab.txt.
         out_dir: where shards and meta.json go (must not hold a completed build).
         settings: BuildSettings.
         progress: show a progress bar.
     Returns:
         The meta.json content: settings, counts per split, throughput, corpus statistics.
     """
-    from albertlm.tokenizer import Tokenizer
+    from albertlm.tokenizer import load_vocabulary, vocabulary_fingerprint
 
     out_dir = Path(out_dir)
     if (out_dir / "meta.json").exists():
@@ -256,8 +257,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*out_dir.glob("train-*.shard"), *out_dir.glob("heldout-*.shard")]:
         stale.unlink()  # leftovers of an interrupted build
-    tok = Tokenizer.load(tokenizer_dir)
-    model_bytes = (Path(tokenizer_dir) / "spiece.model").read_bytes()
+    tok = load_vocabulary(tokenizer_dir)
+    fingerprint = vocabulary_fingerprint(tokenizer_dir)  # kind, file, sha256: which vocabulary built the data
     corpus = Corpus(corpus_spec)
     shard_meta = {"vocab_size": tok.vocab_size, "max_seq_length": settings.max_seq_length,
                   "masking": settings.masking, "max_predictions": settings.max_predictions,
@@ -294,7 +295,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     seconds = time.perf_counter() - start
     meta = {"format": "albertlm-pretraining-data", "version": META_VERSION,
             "settings": dataclasses.asdict(settings), "corpus": corpus_spec,
-            "tokenizer": {"vocab_size": tok.vocab_size, "sha256": hashlib.sha256(model_bytes).hexdigest()},
+            "tokenizer": {"vocab_size": tok.vocab_size, **fingerprint, "chinese": tok.chinese,
+                          "special_ids": tok.special_ids.to_json()},
             "documents": documents, "sentences": sentences, "text_tokens": text_tokens,
             "seconds": seconds, "tokens_per_s": text_tokens / max(seconds, 1e-9),
             "tokens_per_s_per_worker": text_tokens / max(seconds, 1e-9) / settings.workers,

@@ -50,7 +50,7 @@ from typing import Union
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.vocab import CLS_ID, SEP_ID
+from albertlm.vocab import SPIECE_IDS, SpecialIds
 
 OBJECTIVES = ("sop", "nsp", "none")
 
@@ -157,6 +157,7 @@ def create_instances(
     max_seq_length: int = 512,
     short_seq_prob: float = 0.1,
     objective: str = "sop",
+    special: SpecialIds = SPIECE_IDS,
 ) -> Iterator[Instance]:
     """Yield the pretraining instances of one document, in document order.
 
@@ -171,6 +172,7 @@ def create_instances(
         short_seq_prob: probability that a chunk targets a random length in [2, L - 3].
         objective: "sop" (swap with probability 1/2), "nsp" (B from another document with
             probability 1/2) or "none" (A, B in order, label 0).
+        special: the vocabulary's SpecialIds (the [CLS] and [SEP] ids laid out).
 
     Yields:
         Instance objects (see `Instance`), tokens of length <= max_seq_length.
@@ -219,7 +221,7 @@ def create_instances(
                         # Official: the sentences that would have formed B go back into the
                         # stream. (A split single sentence puts nothing back: its tail is dropped.)
                         i -= len(chunk) - a_end if len(chunk) > 1 else 0
-                yield _assemble(a_ids, a_ws, b_ids, b_ws, max_num_tokens, label, is_short, rng)
+                yield _assemble(a_ids, a_ws, b_ids, b_ws, max_num_tokens, label, is_short, rng, special)
             chunk, chunk_len = [], 0
             target, is_short = draw_target()
         i += 1
@@ -271,18 +273,18 @@ def _random_segment(doc_index, get, num_documents, target_len, rng):
     return ids[:target_len], ws[:target_len]
 
 
-def _assemble(a_ids, a_ws, b_ids, b_ws, max_num_tokens, label, is_short, rng) -> Instance:
+def _assemble(a_ids, a_ws, b_ids, b_ws, max_num_tokens, label, is_short, rng, special) -> Instance:
     """Truncate the pair to max_num_tokens and lay out `[CLS] A [SEP] B [SEP]`."""
     cut_a, cut_b = truncate_counts(len(a_ids), len(b_ids), max_num_tokens, rng)
     a_ids, a_ws = _trim(a_ids, a_ws, cut_a, rng)
     b_ids, b_ws = _trim(b_ids, b_ws, cut_b, rng)
     la, lb = len(a_ids), len(b_ids)
     tokens = np.empty(la + lb + 3, dtype=np.int32)
-    tokens[0] = CLS_ID
+    tokens[0] = special.cls
     tokens[1:la + 1] = a_ids
-    tokens[la + 1] = SEP_ID
+    tokens[la + 1] = special.sep
     tokens[la + 2:la + 2 + lb] = b_ids
-    tokens[-1] = SEP_ID
+    tokens[-1] = special.sep
     token_type = np.zeros(la + lb + 3, dtype=np.int8)
     token_type[la + 2:] = 1
     word_start = np.zeros(la + lb + 3, dtype=bool)
@@ -304,7 +306,7 @@ def create_block_instances(
 
     Args:
         documents, rng, num_documents: as in `create_instances`; NSP negatives come from this block.
-        **kwargs: max_seq_length, short_seq_prob, objective, passed to `create_instances`.
+        **kwargs: max_seq_length, short_seq_prob, objective, special, passed to `create_instances`.
 
     Yields:
         Instance objects.

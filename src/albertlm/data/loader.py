@@ -23,7 +23,7 @@ import torch
 
 from albertlm.data.shards import Shard, list_shards
 from albertlm.errors import AlbertlmError
-from albertlm.vocab import IGNORE_INDEX, PAD_ID
+from albertlm.vocab import IGNORE_INDEX, SPIECE_IDS, SpecialIds
 
 
 class PretrainingDataset(torch.utils.data.IterableDataset):
@@ -60,6 +60,7 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
             raise AlbertlmError(f"{self.directory}: the {split} split has no examples")
         meta = self.shards[0].meta
         self.vocab_size = int(meta.get("vocab_size", 0))
+        self.special_ids = build_special_ids(self.directory, build_meta)
         has_static = "mlm_positions" in self.shards[0]
         if masking == "auto":
             masking = "static" if has_static else "dynamic"
@@ -139,7 +140,8 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         word_start = shard.row("word_start", i, "tokens_offsets").astype(bool)
         return mask_instance(tokens, word_start, np.random.default_rng([self.seed, epoch, index, 1]),
                              vocab_size=self.vocab_size, masked_lm_prob=self.masked_lm_prob,
-                             max_predictions=self.max_predictions, max_ngram=self.max_ngram)
+                             max_predictions=self.max_predictions, max_ngram=self.max_ngram,
+                             special=self.special_ids)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         while True:
@@ -201,8 +203,18 @@ def read_build_meta(directory: Path) -> dict[str, Any]:
     return meta
 
 
-def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8) -> dict[str, torch.Tensor]:
-    """Stack examples into tensors, padding to the longest (rounded up to a multiple of 8).
+def build_special_ids(directory: Path, meta: dict[str, Any]) -> SpecialIds:
+    """The special ids of the vocabulary a build used (meta.json "tokenizer"; ALBERT's SentencePiece
+    layout for builds that predate the record)."""
+    tok = meta.get("tokenizer")
+    return SpecialIds.from_json(tok.get("special_ids") if isinstance(tok, dict) else None,
+                                where=f"{Path(directory) / 'meta.json'}: tokenizer.special_ids")
+
+
+def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8,
+            special: SpecialIds = SPIECE_IDS) -> dict[str, torch.Tensor]:
+    """Stack examples into tensors, padding to the longest (rounded up to a multiple of 8) with the
+    vocabulary's padding id (`special.pad`; pass the dataset's `special_ids`).
 
     Returns:
         input_ids, token_type_ids, attention_mask, labels: [B, S]; sentence_order_label: [B].
@@ -210,7 +222,7 @@ def collate(examples: Sequence[dict[str, np.ndarray]], pad_to_multiple: int = 8)
     longest = max(len(e["input_ids"]) for e in examples)
     S = -(-longest // pad_to_multiple) * pad_to_multiple
     B = len(examples)
-    fill = {"input_ids": PAD_ID, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
+    fill = {"input_ids": special.pad, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
     out = {k: np.full((B, S), v, dtype=np.int64) for k, v in fill.items()}
     for b, e in enumerate(examples):
         n = len(e["input_ids"])

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID
+from albertlm.vocab import IGNORE_INDEX, SPIECE_IDS, SpecialIds
 
 
 class MaskResult(NamedTuple):
@@ -75,7 +75,7 @@ def mask_budget(num_maskable: int, masked_lm_prob: float, max_predictions: int) 
     return int(min(max_predictions, max(1, np.floor(masked_lm_prob * num_maskable + 0.5))))
 
 
-def _choose_spans(tokens, word_start, rng, cdf, budget):
+def _choose_spans(tokens, word_start, rng, cdf, budget, special):
     """Pick disjoint whole-word n-gram spans of one sequence within the token budget.
 
     Args:
@@ -84,13 +84,14 @@ def _choose_spans(tokens, word_start, rng, cdf, budget):
         rng: numpy Generator.
         cdf: float64 [max_ngram], cumulative p(n) with cdf[-1] == 1.
         budget: the most tokens to cover.
+        special: the vocabulary's SpecialIds ([CLS], [SEP] and padding are never masked).
 
     Returns:
         (tok_start int64 [k], tok_end int64 [k], span_n int8 [k], span_words int8 [k]) for the
         k chosen spans, sorted by position; spans cover tokens [tok_start, tok_end).
     """
     empty = np.zeros(0, np.int64)
-    maskable = (tokens != PAD_ID) & (tokens != CLS_ID) & (tokens != SEP_ID)
+    maskable = _maskable(tokens, special)
     prev = np.empty_like(maskable)
     prev[0] = False
     prev[1:] = maskable[:-1]
@@ -155,8 +156,15 @@ def _choose_spans(tokens, word_start, rng, cdf, budget):
             tile_words[taken].astype(np.int8))
 
 
-def _apply(tokens, tok_start, tok_end, rng, vocab_size):
-    """80% [MASK] / 10% random non-special token / 10% unchanged, per token (paper §4.1).
+def _maskable(tokens, special):
+    """bool [L]: not [CLS], [SEP] or padding."""
+    return (tokens != special.pad) & (tokens != special.cls) & (tokens != special.sep)
+
+
+def _apply(tokens, tok_start, tok_end, rng, vocab_size, special):
+    """80% [MASK] / 10% random token / 10% unchanged, per token (paper §4.1).
+
+    The random token is never a special or reserved id (`SpecialIds.draw_replacements`).
 
     Returns:
         (input_ids int32 [L], labels int32 [L]).
@@ -170,17 +178,17 @@ def _apply(tokens, tok_start, tok_end, rng, vocab_size):
     labels = np.full(length, IGNORE_INDEX, np.int32)
     labels[positions] = tokens[positions]
     u = rng.random(len(positions))
-    random_ids = rng.integers(NUM_SPECIAL, vocab_size, size=len(positions), dtype=np.int32)
-    replaced = np.where(u < 0.8, MASK_ID, np.where(u < 0.9, random_ids, tokens[positions]))
+    random_ids = special.draw_replacements(vocab_size, len(positions), rng)
+    replaced = np.where(u < 0.8, special.mask, np.where(u < 0.9, random_ids, tokens[positions]))
     input_ids[positions] = replaced
     return input_ids, labels
 
 
-def _check(vocab_size, max_ngram):
+def _check(vocab_size, max_ngram, special):
     """Validate the arguments; return the cumulative p(n) used to draw n."""
-    if vocab_size <= NUM_SPECIAL:
-        raise AlbertlmError(
-            f"vocab_size must exceed the {NUM_SPECIAL} special ids, got {vocab_size}")
+    if vocab_size <= special.mask or not len(special.replacement_ids(vocab_size)):
+        raise AlbertlmError(f"vocab_size {vocab_size} leaves no id that is not special "
+                            f"(special and reserved ids: {len(special.excluded)})")
     if max_ngram < 1:
         raise AlbertlmError(f"max_ngram must be >= 1, got {max_ngram}")
     cdf = np.cumsum(ngram_probs(max_ngram))
@@ -188,13 +196,12 @@ def _check(vocab_size, max_ngram):
     return cdf
 
 
-def _mask_row(tokens, word_start, rng, cdf, vocab_size, masked_lm_prob, max_predictions):
+def _mask_row(tokens, word_start, rng, cdf, vocab_size, masked_lm_prob, max_predictions, special):
     """Mask one non-empty sequence: tokens int [L], word_start bool [L] -> MaskResult."""
-    num_maskable = int(np.count_nonzero(
-        (tokens != PAD_ID) & (tokens != CLS_ID) & (tokens != SEP_ID)))
+    num_maskable = int(np.count_nonzero(_maskable(tokens, special)))
     budget = mask_budget(num_maskable, masked_lm_prob, max_predictions)
-    start, end, span_n, span_words = _choose_spans(tokens, word_start, rng, cdf, budget)
-    input_ids, labels = _apply(tokens, start, end, rng, vocab_size)
+    start, end, span_n, span_words = _choose_spans(tokens, word_start, rng, cdf, budget, special)
+    input_ids, labels = _apply(tokens, start, end, rng, vocab_size, special)
     return MaskResult(input_ids, labels, span_n, span_words)
 
 
@@ -206,22 +213,25 @@ def mask_instance(
     masked_lm_prob: float = 0.15,
     max_predictions: int = 20,
     max_ngram: int = 3,
+    special: SpecialIds = SPIECE_IDS,
 ) -> MaskResult:
     """Whole-word n-gram masking of one sequence.
 
     Args:
-        tokens: int [L], e.g. `[CLS] A [SEP] B [SEP]` (padding, id 0, is never masked).
+        tokens: int [L], e.g. `[CLS] A [SEP] B [SEP]` (padding is never masked).
         word_start: bool [L], True at the first piece of each whole word.
         rng: the only source of randomness.
-        vocab_size: V; random replacements are uniform over ids 5..V-1 (no special ids).
+        vocab_size: V; random replacements are uniform over the ids below V that are not
+            special or reserved (ids 5..V-1 for ALBERT's SentencePiece layout).
         masked_lm_prob: fraction of maskable tokens to predict (0.15).
         max_predictions: the most predicted tokens per sequence (20 at length 512 in the paper).
         max_ngram: largest n of an n-gram span (3).
+        special: the vocabulary's SpecialIds ([CLS], [SEP], [MASK], padding, never-drawn ids).
 
     Returns:
         MaskResult(input_ids int32 [L], labels int32 [L], span_n int8 [k], span_words int8 [k]).
     """
-    cdf = _check(vocab_size, max_ngram)
+    cdf = _check(vocab_size, max_ngram, special)
     tokens = np.asarray(tokens)
     word_start = np.asarray(word_start, dtype=bool)
     if tokens.shape != word_start.shape or tokens.ndim != 1:
@@ -230,4 +240,4 @@ def mask_instance(
     if len(tokens) == 0:
         empty = np.zeros(0, np.int8)
         return MaskResult(np.zeros(0, np.int32), np.zeros(0, np.int32), empty, empty)
-    return _mask_row(tokens, word_start, rng, cdf, vocab_size, masked_lm_prob, max_predictions)
+    return _mask_row(tokens, word_start, rng, cdf, vocab_size, masked_lm_prob, max_predictions, special)

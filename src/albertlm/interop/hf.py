@@ -8,8 +8,9 @@ tensors move through `to_hf_state_dict` / `from_hf_state_dict`, and `save_pretra
 
 Block numbering: our attention block j and FFN block j both live at HF group j // inner_group_num,
 inner layer j % inner_group_num (`AlbertConfig.block_schedule`). Our fused qkv is HF's query, key
-and value concatenated along dim 0. Sharing `attention` / `ffn` (paper Table 4), which transformers
-cannot express, is written in the same layout with a config.json that transformers refuses.
+and value concatenated along dim 0. Sharing `attention` / `ffn` (paper Table 4) and albert_zh's
+embedding layout, which transformers cannot express, are written in the same layout with a
+config.json that transformers refuses.
 """
 
 from __future__ import annotations
@@ -66,15 +67,19 @@ def _norm(ours: str, hf: str, width: int) -> list[Row]:
 def _backbone_rows(config: AlbertConfig, pooler: bool) -> list[Row]:
     """The backbone's rows, names relative to the backbone on both sides."""
     V, E, H, I = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
-    rows = [
-        Row("embeddings.word.weight", ("embeddings.word_embeddings.weight",), (V, E)),
+    W = config.embedding_width  # E, or H in albert_zh's layout
+    rows = [Row("embeddings.word.weight", ("embeddings.word_embeddings.weight",), (V, E))]
+    if config.projects_words:  # albert_zh: no such tensor in transformers; our name echoes the TF one
+        rows.append(Row("embeddings.word_project.weight", ("embeddings.word_embeddings_2.weight",), (H, E)))
+    rows += [
         Row("embeddings.position.weight", ("embeddings.position_embeddings.weight",),
-            (config.max_position_embeddings, E)),
+            (config.max_position_embeddings, W)),
         Row("embeddings.token_type.weight", ("embeddings.token_type_embeddings.weight",),
-            (config.type_vocab_size, E)),
-        *_norm("embeddings.norm", "embeddings.LayerNorm", E),
-        *_linear("project", "encoder.embedding_hidden_mapping_in", H, E),
+            (config.type_vocab_size, W)),
+        *_norm("embeddings.norm", "embeddings.LayerNorm", W),
     ]
+    if not config.projects_words:
+        rows += _linear("project", "encoder.embedding_hidden_mapping_in", H, E)
     K = config.inner_group_num
 
     def layer(j: int) -> str:  # block j -> HF group j // K, inner layer j % K
@@ -97,9 +102,9 @@ def _backbone_rows(config: AlbertConfig, pooler: bool) -> list[Row]:
 
 
 def _pretraining_heads(config: AlbertConfig) -> list[Row]:
-    E, H = config.embedding_size, config.hidden_size
+    W, H = config.embedding_width, config.hidden_size
     # The decoder is tied to the word table and its bias to predictions.bias: no rows for it.
-    return [*_linear("mlm.dense", "predictions.dense", E, H), *_norm("mlm.norm", "predictions.LayerNorm", E),
+    return [*_linear("mlm.dense", "predictions.dense", W, H), *_norm("mlm.norm", "predictions.LayerNorm", W),
             Row("mlm.bias", ("predictions.bias",), (config.vocab_size,)),
             *_linear("sop", "sop_classifier.classifier", 2, H)]
 
@@ -407,16 +412,29 @@ def load_state_into(model: nn.Module, path: str | Path) -> None:
         raise AlbertlmError(_one_line(source, "does not hold the complete model:", [*missing, *unexpected]))
 
 
-def _refusal(config: AlbertConfig, arch: str) -> str:
-    return (f"albertlm: sharing={config.sharing!r} cannot be expressed by transformers; load this "
-            f"checkpoint with albertlm.{arch}.from_pretrained")
+def transformers_can_load(config: AlbertConfig) -> bool:
+    """Whether transformers' ALBERT classes can express this network (not partial sharing or albert_zh)."""
+    return _refusal(config, "AlbertModel") is None
+
+
+def _refusal(config: AlbertConfig, arch: str) -> str | None:
+    """The message transformers should show for a network it cannot express, or None if it can."""
+    if config.projects_words:
+        what = f"embedding_layout={config.embedding_layout!r}"
+    elif config.sharing in ("attention", "ffn"):
+        what = f"sharing={config.sharing!r}"
+    else:
+        return None
+    return f"albertlm: {what} cannot be expressed by transformers; load this checkpoint with albertlm.{arch}.from_pretrained"
 
 
 def save_pretrained(model: nn.Module, path: str | Path, state_dict: Mapping[str, torch.Tensor] | None = None) -> None:
     """Write config.json and model.safetensors that transformers' class of the same name loads.
 
     Sharing `attention` or `ffn` keeps the same key layout (block j at group j, inner layer 0) and
-    our `sharing` field; transformers has no such model, so config.json also carries a `layer_types`
+    our `sharing` field; albert_zh's embedding layout adds `embeddings.word_embeddings_2.weight`,
+    drops `encoder.embedding_hidden_mapping_in` and keeps our `embedding_layout` field.
+    transformers has no such models, so config.json also carries a `layer_types`
     list whose entries are a message: transformers' strict config validation rejects it and shows
     the message, rather than loading a wrong network. Our reader ignores `layer_types`.
     transformers sizes its SOP head by `num_labels`: a pretraining config with num_labels != 2
@@ -435,8 +453,9 @@ def save_pretrained(model: nn.Module, path: str | Path, state_dict: Mapping[str,
     source = model if state_dict is None else state_dict
     tensors = {k: v.cpu() for k, v in to_hf_state_dict(source, config, arch).items()}
     extra = {**config.extra, "architectures": [arch]}
-    if config.sharing in ("attention", "ffn"):
-        extra["layer_types"] = [_refusal(config, arch)] * config.num_hidden_layers
+    refusal = _refusal(config, arch)
+    if refusal is not None:
+        extra["layer_types"] = [refusal] * config.num_hidden_layers
     from safetensors.torch import save_file
 
     with atomic_path(path / SAFETENSORS_NAME) as tmp:

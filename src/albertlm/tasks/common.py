@@ -27,7 +27,7 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import preprocess_text
-from albertlm.vocab import CJK_RANGES, IGNORE_INDEX, UNK_ID
+from albertlm.vocab import CJK_RANGES, IGNORE_INDEX
 
 MAX_BAD_FRACTION = 0.1
 MIN_BAD_TO_FAIL = 5
@@ -179,11 +179,13 @@ def encode_words(tokenizer, words: Sequence[str], with_offsets: bool = False
                  ) -> list[tuple[np.ndarray, list[tuple[int, int]] | None]]:
     """Encode each word on its own (one batched tokenizer call); every word gets at least one piece.
 
-    SentencePiece never joins pieces across whitespace, so encoding words one by one gives the
-    same pieces as encoding the whole text; it also tells which word each piece belongs to.
+    SentencePiece and WordPiece never join pieces across whitespace, so encoding words one by one
+    gives the same pieces as encoding the whole text; it also tells which word each piece belongs to.
+    Piece spans come from the vocabulary when it knows them exactly (`encode_batch_with_offsets`,
+    WordPiece), else from the pieces' surfaces.
 
     Args:
-        tokenizer: an albertlm Tokenizer (encode_batch, convert_ids_to_tokens).
+        tokenizer: an albertlm vocabulary (encode_batch, convert_ids_to_tokens, special_ids).
         words: the words.
         with_offsets: also return each piece's character span inside its word.
     Returns:
@@ -194,11 +196,15 @@ def encode_words(tokenizer, words: Sequence[str], with_offsets: bool = False
     # Words repeat a lot (a Chinese NER corpus is ~2M characters of ~5k kinds): encode each kind once.
     unique = list(dict.fromkeys(words))
     done: dict[str, tuple[np.ndarray, list[tuple[int, int]] | None]] = {}
-    for word, ids in zip(unique, tokenizer.encode_batch(unique) if unique else []):
+    exact = getattr(tokenizer, "encode_batch_with_offsets", None) if with_offsets else None
+    if exact is not None:
+        encoded = exact(unique) if unique else []
+    else:
+        encoded = [(ids, None) for ids in (tokenizer.encode_batch(unique) if unique else [])]
+    for word, (ids, spans) in zip(unique, encoded):
         if len(ids) == 0:
-            ids = np.array([UNK_ID], dtype=np.int32)
-        spans = None
-        if with_offsets:
+            ids, spans = np.array([tokenizer.special_ids.unk], dtype=np.int32), None
+        if with_offsets and spans is None:
             prepared = preprocess_text(word, do_lower_case=getattr(tokenizer, "do_lower_case", True),
                                        keep_accents=getattr(tokenizer, "keep_accents", False))
             spans = _piece_offsets(tokenizer.convert_ids_to_tokens(ids), word, prepared)

@@ -249,7 +249,7 @@ def classification_features(examples: Sequence[TextExample], tokenizer, labels: 
     for i, ex in enumerate(examples):
         b = b_ids.get(i)
         a, b = truncate_pair(a_ids[i], b, settings.max_seq_length - (3 if b is not None else 2))
-        inputs = pair_inputs(a, b)
+        inputs = pair_inputs(a, b, tokenizer.special_ids)
         if ex.label is not None:
             if kind == "regression":
                 inputs["labels"] = np.float32(ex.label)

@@ -143,7 +143,7 @@ def choice_features(examples: Sequence[ChoiceExample], tokenizer, settings: Feat
             b = qa[k][-settings.max_qa_length:]
             k += 1
             a, b = truncate_pair(contexts[i], b, settings.max_seq_length - 3)
-            rows.append(pair_inputs(a, b))
+            rows.append(pair_inputs(a, b, tokenizer.special_ids))
         S = max(len(r["input_ids"]) for r in rows)
 
         def stack(key: str) -> np.ndarray:  # [C, S], each choice padded with 0

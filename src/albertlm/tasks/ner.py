@@ -29,7 +29,7 @@ import numpy as np
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, encode_words, numbered_lines
 from albertlm.tasks.metrics import iob1_to_bio
-from albertlm.vocab import CLS_ID, IGNORE_INDEX, SEP_ID
+from albertlm.vocab import IGNORE_INDEX
 
 _TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
 _SEGPOS_RE = re.compile(r"\d+$")
@@ -163,6 +163,7 @@ def ner_features(examples: Sequence[TokenExample], tokenizer, labels: Sequence[s
     flat = [t for e in examples for t in e.tokens]
     encoded = [ids for ids, _ in encode_words(tokenizer, flat)]
     room = settings.max_seq_length - 2
+    cls, sep = tokenizer.special_ids.cls, tokenizer.special_ids.sep
     features, k = [], 0
     for i, ex in enumerate(examples):
         words = encoded[k:k + len(ex.tokens)]
@@ -175,7 +176,7 @@ def ner_features(examples: Sequence[TokenExample], tokenizer, labels: Sequence[s
                 end += 1
             pieces = [w[:room] for w in words[begin:end]]  # a single over-long word is cut
             first = np.cumsum([1] + [len(p) for p in pieces[:-1]])  # after [CLS]
-            ids = np.concatenate([[CLS_ID], *pieces, [SEP_ID]]).astype(np.int64)
+            ids = np.concatenate([[cls], *pieces, [sep]]).astype(np.int64)
             inputs = {"input_ids": ids, "token_type_ids": np.zeros(len(ids), dtype=np.int64)}
             if ex.tags is not None:
                 lab = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)

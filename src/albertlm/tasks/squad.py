@@ -177,7 +177,7 @@ def squad_features(examples: Sequence[SquadExample], tokenizer, settings: Featur
             better = score > best_score[pos]
             best_score[pos[better]], best_window[pos[better]] = score[better], w
         for w, (begin, length) in enumerate(windows):
-            inputs = pair_inputs(query, doc[begin:begin + length])
+            inputs = pair_inputs(query, doc[begin:begin + length], tokenizer.special_ids)
             S, offset = len(inputs["input_ids"]), len(query) + 2
             span_start = np.full(S, -1, dtype=np.int64)
             span_end = np.full(S, -1, dtype=np.int64)

@@ -1,8 +1,11 @@
 """What every kind of vocabulary offers the rest of albertlm.
 
 The data build, fine-tuning, inference and the analyses use a vocabulary only through these
-members, so a second kind (a WordPiece `vocab.txt`, as the Chinese ALBERT releases use) can sit
-beside the SentencePiece one (`spiece.Tokenizer`) without their changing.
+members, so the WordPiece `vocab.txt` of the Chinese ALBERT releases (`wordpiece.WordPieceTokenizer`)
+sits beside the SentencePiece one (`spiece.Tokenizer`); `auto.load_vocabulary` picks the class. A
+vocabulary that knows each piece's exact character span may also offer
+`encode_batch_with_offsets(texts) -> [(ids, [(start, end)])]` (WordPiece does); question
+answering uses it when present and aligns piece surfaces otherwise.
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from albertlm.vocab import SpecialIds
+
 
 @runtime_checkable
 class Vocabulary(Protocol):
-    """A tokenizer with ALBERT's special-token ids (albertlm.vocab)."""
+    """A tokenizer and its special-token ids (albertlm.vocab.SpecialIds)."""
 
     chinese: bool
     """Chinese mode: one piece per CJK character, jieba word starts."""
+
+    special_ids: SpecialIds
+    """The ids of [PAD], [UNK], [CLS], [SEP], [MASK] and the reserved ids (albertlm.vocab)."""
 
     @property
     def vocab_size(self) -> int:
@@ -49,7 +57,7 @@ class Vocabulary(Protocol):
         """Pieces for ids."""
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
-        """Ids for pieces (unknown ones: UNK_ID)."""
+        """Ids for pieces (unknown ones: special_ids.unk)."""
 
     def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
         """Write the vocabulary's files into a model directory."""

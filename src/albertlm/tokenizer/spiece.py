@@ -24,7 +24,7 @@ from albertlm.errors import AlbertlmError
 from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
 from albertlm.utils import atomic_write_bytes, atomic_write_text
-from albertlm.vocab import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, pair_inputs
+from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS, pair_inputs
 
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer_config.json"
@@ -51,17 +51,21 @@ class Tokenizer:
         num_threads: SentencePiece threads for batched encoding (-1: all cores).
         parse_special_tokens: map literal "[MASK]", "<unk>", ... in the text to their ids, as
             transformers does (the official ALBERT code does not).
+        split_digit_comma: Google's rule for a piece that ends in a digit and a comma ("▁7,"
+            becomes "▁7" ","), as the official ALBERT code encodes; on for models converted
+            from Google's checkpoints, off for our own vocabularies (docs/checkpoints.md).
         source: where the model came from, for error messages.
     """
 
     def __init__(self, model_proto: bytes, *, do_lower_case: bool = True, keep_accents: bool = False,
                  chinese: bool = False, num_threads: int = -1, parse_special_tokens: bool = True,
-                 source: str = "spiece.model"):
+                 split_digit_comma: bool = False, source: str = "spiece.model"):
         import sentencepiece as spm
 
         self.do_lower_case, self.keep_accents, self.chinese = do_lower_case, keep_accents, chinese
         self.num_threads, self.parse_special_tokens = num_threads, parse_special_tokens
         self._proto = bytes(model_proto)
+        self.special_ids = SPIECE_IDS  # ALBERT's layout, checked below
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(self._proto)
@@ -76,11 +80,16 @@ class Tokenizer:
         # A piece starts a word when it carries SentencePiece's "▁"; special tokens are words of
         # their own; <unk> stands for characters inside a word (SentencePiece emits "▁" apart).
         starts = np.array([p.startswith(_META) for p in self._pieces], dtype=bool)
-        starts[[PAD_ID, CLS_ID, SEP_ID, MASK_ID]] = True
-        starts[UNK_ID] = False
+        special = self.special_ids
+        starts[[special.pad, special.cls, special.sep, special.mask]] = True
+        starts[special.unk] = False
         self._word_start = starts
         self._meta_id = self._sp.piece_to_id(_META) if _META in self._pieces else -1
         self._buffers = self._find_buffer_batch()
+        self.split_digit_comma = split_digit_comma
+        self._digit_comma = np.array([len(p) > 1 and p[-1] == "," and p[-2].isdigit() for p in self._pieces],
+                                     dtype=bool) if split_digit_comma else None
+        self._digit_comma_ids: dict[int, np.ndarray] = {}  # piece id -> the ids it splits into
 
     def _find_buffer_batch(self) -> Callable[[list[str], int], list[bytes]]:
         """A batch encoder returning each text's ids as int32 bytes.
@@ -118,7 +127,7 @@ class Tokenizer:
         model_file, config_file = (path / MODEL_FILE, path / CONFIG_FILE) if path.is_dir() else (path, None)
         if not model_file.is_file():
             raise AlbertlmError(f"{path}: no {MODEL_FILE} (train one with `albertlm tokenizer train`)")
-        options = {"do_lower_case": True, "keep_accents": False, "chinese": False}
+        options = {"do_lower_case": True, "keep_accents": False, "chinese": False, "split_digit_comma": False}
         if config_file is not None and config_file.is_file():
             try:
                 config = json.loads(config_file.read_text(encoding="utf-8"))
@@ -128,7 +137,7 @@ class Tokenizer:
                 raise AlbertlmError(f"{config_file}: expected a JSON object")
             ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
             for key, value in (*((k, config.get(k)) for k in ("do_lower_case", "keep_accents")),
-                               ("chinese", ours.get("chinese"))):
+                               ("chinese", ours.get("chinese")), ("split_digit_comma", ours.get("split_digit_comma"))):
                 if value is not None and not isinstance(value, bool):
                     raise AlbertlmError(f"{config_file}: field {key!r} must be true or false, got {value!r}")
                 options[key] = options[key] if value is None else value
@@ -148,7 +157,8 @@ class Tokenizer:
             "tokenizer_class": "AlbertTokenizer", "do_lower_case": self.do_lower_case,
             "keep_accents": self.keep_accents, "model_max_length": 512,
             "albertlm": {"format_version": CONFIG_VERSION, "chinese": self.chinese,
-                         "vocab_size": self.vocab_size, **(extra or {})},
+                         "split_digit_comma": self.split_digit_comma, "vocab_size": self.vocab_size,
+                         **(extra or {})},
         }
         try:
             atomic_write_bytes(out / MODEL_FILE, self._proto)
@@ -160,7 +170,8 @@ class Tokenizer:
     def __getstate__(self) -> dict:  # picklable for DataLoader workers
         return {"model_proto": self._proto, "do_lower_case": self.do_lower_case,
                 "keep_accents": self.keep_accents, "chinese": self.chinese,
-                "num_threads": self.num_threads, "parse_special_tokens": self.parse_special_tokens}
+                "num_threads": self.num_threads, "parse_special_tokens": self.parse_special_tokens,
+                "split_digit_comma": self.split_digit_comma}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state.pop("model_proto"), **state)
@@ -184,7 +195,7 @@ class Tokenizer:
         return [self._pieces[int(i)] for i in ids]
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
-        """Ids for pieces; unknown pieces map to UNK_ID."""
+        """Ids for pieces; unknown pieces map to <unk>'s id."""
         return [self._sp.piece_to_id(t) for t in tokens]
 
     # ---- encoding
@@ -247,6 +258,14 @@ class Tokenizer:
             (ids int32 [T], word_start bool [T] or None, offsets int64 [N+1]): text i's pieces
             are ids[offsets[i]:offsets[i+1]].
         """
+        ids, starts, offsets = self._encode_packed(texts, word_starts)
+        if self._digit_comma is not None:
+            ids, starts, offsets = self._split_digit_commas(ids, starts, offsets)
+        return ids, starts, offsets
+
+    def _encode_packed(self, texts: Sequence[str], word_starts: bool
+                       ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """`encode_batch_packed` before the digit-comma rule."""
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         big = "\x00".join(texts)
         # (Substring tests behind a one-character memchr are far cheaper than a regex scan.)
@@ -261,6 +280,46 @@ class Tokenizer:
         np.cumsum(np.fromiter(map(len, buffers), dtype=np.int64, count=len(buffers)) // 4, out=offsets[1:])
         ids = np.frombuffer(b"".join(buffers), dtype=np.int32).copy()
         return ids, (self._word_start[ids] if word_starts else None), offsets
+
+    def _split_digit_commas(self, ids: np.ndarray, starts: np.ndarray | None, offsets: np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Google's digit-comma rule on packed pieces (see `_digit_comma_pieces`).
+
+        A split piece's first part keeps its word-start flag; the rest continue its word.
+        """
+        hits = np.flatnonzero(self._digit_comma[ids])
+        if not len(hits):
+            return ids, starts, offsets
+        parts = [self._digit_comma_pieces(int(ids[h])) for h in hits]
+        counts = np.ones(len(ids), dtype=np.int64)
+        counts[hits] = [len(p) for p in parts]
+        begin = np.concatenate([[0], np.cumsum(counts)])  # new position of every old piece (and the end)
+        new_ids = np.repeat(ids, counts)
+        new_starts = np.repeat(starts, counts) if starts is not None else None
+        for h, part in zip(hits, parts):
+            new_ids[begin[h]:begin[h] + len(part)] = part
+            if new_starts is not None:
+                new_starts[begin[h] + 1:begin[h] + len(part)] = False
+        return new_ids, new_starts, begin[offsets]
+
+    def _digit_comma_pieces(self, piece_id: int) -> np.ndarray:
+        """The ids a piece ending in a digit and a comma becomes under the official ALBERT rule.
+
+        The piece without its comma and without any "▁" is encoded again; if the piece did not
+        start a word, the "▁" SentencePiece puts in front of that encoding is removed (a bare "▁"
+        piece is dropped); the comma follows as a piece of its own. Pieces missing from the
+        vocabulary become <unk>, as the official PieceToId does.
+        """
+        cached = self._digit_comma_ids.get(piece_id)
+        if cached is None:
+            piece = self._pieces[piece_id]
+            parts = self._sp.encode(piece[:-1].replace(_META, ""), out_type=str)
+            if not piece.startswith(_META) and parts and parts[0].startswith(_META):
+                parts = parts[1:] if parts[0] == _META else [parts[0][1:], *parts[1:]]
+            parts.append(piece[-1])
+            cached = np.array([self._sp.piece_to_id(p) for p in parts], dtype=np.int32)
+            self._digit_comma_ids[piece_id] = cached
+        return cached
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         """`encode` for many texts (one multi-threaded call); int32 arrays."""
@@ -300,7 +359,7 @@ class Tokenizer:
         Returns:
             (input_ids int32 [L], token_type_ids int32 [L]).
         """
-        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b))
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
         return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
@@ -314,7 +373,8 @@ class Tokenizer:
         if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
         parts: list[str] = []  # SentencePiece decodes control symbols to "": keep them apart
-        for special, run in groupby(ids, key=lambda i: i in (PAD_ID, CLS_ID, SEP_ID, MASK_ID)):
+        s = self.special_ids
+        for special, run in groupby(ids, key=lambda i: i in (s.pad, s.cls, s.sep, s.mask)):
             if not special:
                 parts.append(self._sp.decode(list(run)))
             elif not skip_special_tokens:

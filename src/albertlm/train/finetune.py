@@ -2,11 +2,11 @@
 
 `finetune(task, model_dir, data_dir, out_dir, recipe)` reads the task's train and dev splits,
 builds the task's head on the pretrained backbone (our `albertlm pretrain` output or any Hugging
-Face ALBERT directory with spiece.model), and trains with the step shared with pretraining
+Face ALBERT directory with spiece.model or a WordPiece vocab.txt), and trains with the step shared with pretraining
 (train/loop.train_step): AdamW, linear warmup then linear decay to 0 (`optim.lr_at`), gradient
 clipping at 1.0. Every `eval_every` steps it scores the dev split; whenever the task's main metric
 improves, the model is written to `out_dir` (config.json with num_labels / id2label / problem_type /
-architectures, model.safetensors, spiece.model + tokenizer_config.json) together with the dev
+architectures, model.safetensors, spiece.model or vocab.txt + tokenizer_config.json) together with the dev
 predictions in the task's usual format. So `out_dir` always holds the best dev checkpoint, which is
 what the paper reports (Table 14 note), and it loads in transformers' class of the same name.
 `patience` evaluations without improvement stop the run early.
@@ -31,6 +31,7 @@ from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
+from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
@@ -141,15 +142,11 @@ class FinetuneRecipe:
 
 # ---------------------------------------------------------------------------- loading
 def load_tokenizer(model_dir: str | Path):
-    """The SentencePiece tokenizer of a model directory (spiece.model [+ tokenizer_config.json])."""
-    from albertlm.tokenizer import Tokenizer
+    """The tokenizer of a model directory: SentencePiece (spiece.model) or WordPiece (vocab.txt),
+    with its tokenizer_config.json (tokenizer/auto.py)."""
+    from albertlm.tokenizer import load_vocabulary
 
-    model_dir = Path(model_dir)
-    if not (model_dir / "spiece.model").is_file():
-        wordpiece = (model_dir / "vocab.txt").exists()
-        hint = " (a WordPiece vocab.txt, as albert_zh uses, is not supported)" if wordpiece else ""
-        raise AlbertlmError(f"{model_dir}: no spiece.model for the tokenizer{hint}")
-    return Tokenizer.load(model_dir)
+    return load_vocabulary(model_dir)
 
 
 def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, recipe: FinetuneRecipe,
@@ -236,7 +233,7 @@ def finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path, 
 
     Args:
         task: a task name (tasks/registry.py) or a TaskSpec.
-        model_dir: pretrained model directory (config.json, weights, spiece.model).
+        model_dir: pretrained model directory (config.json, weights, spiece.model or vocab.txt).
         data_dir: the task's data directory (train and dev files, names per the task).
         out_dir: where the best model, predictions_dev.*, metrics.jsonl, tensorboard/ and
             results.json go.
@@ -364,6 +361,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
                "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(train_ex),
                "train_features": len(train_f), "dev_examples": len(dev_ex),
                "train_seconds": time.perf_counter() - start, "model_dir": str(model_dir), "out_dir": str(out_dir),
+               "transformers_loads": transformers_can_load(config),
                "recipe": dataclasses.asdict(r)}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
@@ -380,5 +378,6 @@ def format_results(results: dict[str, Any]) -> str:
     lines.append(f"{results['task']}: {results['steps']} steps, {results['train_examples']:,} training examples, "
                  f"{results['dev_examples']:,} dev examples, {results['train_seconds'] / 60:.1f} min"
                  + (" (stopped early)" if results["stopped_early"] else ""))
-    lines.append(f"best model (loads in transformers): {results['out_dir']}")
+    where = "loads in transformers" if results.get("transformers_loads", True) else "loads in albertlm only"
+    lines.append(f"best model ({where}): {results['out_dir']}")
     return "\n".join(lines)

@@ -220,7 +220,6 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
     import warnings
 
     from albertlm.model import AlbertForPreTraining
-    from albertlm.vocab import MASK_ID
 
     if top_k < 1:
         raise AlbertlmError(f"--top-k must be at least 1, got {top_k}")
@@ -233,7 +232,7 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
         warnings.filterwarnings("ignore", message=".*SOP head.*")
         model = AlbertForPreTraining.from_pretrained(model_dir).to(resolve_device(device)).eval()
     ids, _ = tokenizer.build_inputs(tokenizer.encode(text))
-    positions = np.flatnonzero(ids == MASK_ID)
+    positions = np.flatnonzero(ids == tokenizer.special_ids.mask)
     if not len(positions):
         raise AlbertlmError("the text has no [MASK] to fill")
     if len(ids) > model.config.max_position_embeddings:

@@ -32,11 +32,17 @@ from torch import nn
 
 from albertlm.checkpoint import unwrap
 from albertlm.data.loader import PretrainingDataset, collate
-from albertlm.vocab import IGNORE_INDEX, MASK_ID, NUM_SPECIAL
+from albertlm.vocab import IGNORE_INDEX, MASK_ID, SPIECE_IDS, SpecialIds
 from albertlm.data.shards import Shard, list_shards
 from albertlm.distributed import DistContext, all_reduce_sum
 
 KINDS = ("mask", "kept", "random")
+
+
+def _is_text(tokens: np.ndarray, text: np.ndarray) -> np.ndarray:
+    """bool like `tokens`: not a special or reserved id (ids outside the table count as text)."""
+    inside = tokens < len(text)
+    return ~inside | text[np.where(inside, tokens, 0)]
 
 
 @dataclass(frozen=True)
@@ -51,23 +57,29 @@ class TokenBaselines:
 
     unigram: int
     bigram: np.ndarray
+    mask_id: int = MASK_ID
+    """The vocabulary's [MASK] (a left neighbour that is masked tells nothing)."""
 
     @classmethod
-    def from_shards(cls, directory: str | os.PathLike, vocab_size: int, split: str = "train") -> TokenBaselines:
+    def from_shards(cls, directory: str | os.PathLike, vocab_size: int, split: str = "train",
+                    special: SpecialIds = SPIECE_IDS) -> TokenBaselines:
         """Count unigrams and (left, right) pairs over every example of `split` in a data directory.
 
         Pairs never cross examples (every example starts with [CLS]) and only non-special right tokens
-        count, since special tokens are never prediction targets.
+        count, since special tokens are never prediction targets (`special`: the vocabulary's ids;
+        reserved ones count as special too).
         """
+        text = np.ones(vocab_size, dtype=bool)
+        text[[i for i in special.excluded if i < vocab_size]] = False
         unigram = np.zeros(vocab_size, dtype=np.int64)
         codes = []
         for path in list_shards(Path(directory), split):
             tokens = np.asarray(Shard(path)["tokens"], dtype=np.int64)
             left, right = tokens[:-1], tokens[1:]
-            keep = right >= NUM_SPECIAL
-            unigram += np.bincount(tokens[tokens >= NUM_SPECIAL], minlength=vocab_size)[:vocab_size]
+            keep = _is_text(right, text)
+            unigram += np.bincount(tokens[_is_text(tokens, text)], minlength=vocab_size)[:vocab_size]
             codes.append(left[keep] * vocab_size + right[keep])
-        top = int(unigram.argmax()) if unigram.any() else NUM_SPECIAL
+        top = int(unigram.argmax()) if unigram.any() else int(special.replacement_ids(vocab_size)[0])
         bigram = np.full(vocab_size, top, dtype=np.int64)
         if codes:
             pairs, counts = np.unique(np.concatenate(codes), return_counts=True)
@@ -77,7 +89,7 @@ class TokenBaselines:
             first = np.ones(len(order), dtype=bool)
             first[1:] = left[order][1:] != left[order][:-1]
             bigram[left[order][first]] = right[order][first]
-        return cls(unigram=top, bigram=bigram)
+        return cls(unigram=top, bigram=bigram, mask_id=special.mask)
 
     def predict(self, input_ids: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
         """Both baselines' answers at `positions` of `input_ids`.
@@ -90,21 +102,22 @@ class TokenBaselines:
         """
         left = torch.roll(input_ids, 1, dims=1)[positions].cpu()  # position 0 is [CLS], never predicted
         table = torch.from_numpy(self.bigram)
-        bigram = torch.where(left == MASK_ID, self.unigram, table[left.clamp(0, len(table) - 1)])
+        bigram = torch.where(left == self.mask_id, self.unigram, table[left.clamp(0, len(table) - 1)])
         return {"unigram": torch.full_like(bigram, self.unigram), "bigram": bigram}
 
 
-def position_kinds(input_ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+def position_kinds(input_ids: torch.Tensor, labels: torch.Tensor, mask_id: int = MASK_ID) -> dict[str, torch.Tensor]:
     """Split predicted positions by what the input shows there.
 
     Args:
         input_ids, labels: [B, S]; labels are IGNORE_INDEX where nothing is predicted.
+        mask_id: the vocabulary's [MASK] id.
     Returns:
         {"mask", "kept", "random"}: [B, S] bool masks, disjoint, covering every predicted position.
         (A random replacement that happens to draw the answer counts as kept: the input shows it.)
     """
     predicted = labels != IGNORE_INDEX
-    mask = predicted & (input_ids == MASK_ID)
+    mask = predicted & (input_ids == mask_id)
     kept = predicted & ~mask & (input_ids == labels)
     return {"mask": mask, "kept": kept, "random": predicted & ~mask & ~kept}
 
@@ -134,7 +147,7 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
     ctx = ctx or DistContext()
     config = unwrap(model).config
     if baselines is None:
-        baselines = TokenBaselines.from_shards(dataset.directory, config.vocab_size)
+        baselines = TokenBaselines.from_shards(dataset.directory, config.vocab_size, special=dataset.special_ids)
     model.eval()
     # sums: loss and correct per kind, count per kind, unigram/bigram correct at [MASK], sop correct,
     # sop ones, examples
@@ -149,8 +162,9 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
     for lo in range(0, limit, chunk):
         mine = list(range(lo, min(lo + chunk, limit)))[ctx.rank::ctx.world_size]
         weight = 1.0 if mine else 0.0
-        batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])]).items()}
-        row, guess_at_mask = _batch_sums(unwrap(model)(**batch), batch, baselines)
+        batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])],
+                                                         special=dataset.special_ids).items()}
+        row, guess_at_mask = _batch_sums(unwrap(model)(**batch), batch, baselines, dataset.special_ids.mask)
         sums += weight * row
         predicted_at_mask += weight * torch.bincount(guess_at_mask, minlength=config.vocab_size).double()
     model.train()
@@ -159,10 +173,11 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
     return _metrics(s, distinct)
 
 
-def _batch_sums(out, batch: dict[str, torch.Tensor], baselines: TokenBaselines) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch_sums(out, batch: dict[str, torch.Tensor], baselines: TokenBaselines, mask_id: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """One batch's sums in `evaluate`'s order (loss, correct and count per kind; unigram and bigram
     correct at [MASK]; SOP correct, SOP ones, examples), and the predictions at [MASK] positions."""
-    kinds = {k: v[out.prediction_mask] for k, v in position_kinds(batch["input_ids"], batch["labels"]).items()}
+    kinds = {k: v[out.prediction_mask] for k, v in position_kinds(batch["input_ids"], batch["labels"], mask_id).items()}
     targets = batch["labels"][out.prediction_mask]
     logits = out.prediction_logits.float()
     losses = nn.functional.cross_entropy(logits, targets, reduction="none")

@@ -9,6 +9,7 @@ directory that transformers' AlbertForPreTraining.from_pretrained loads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import shutil
@@ -37,7 +38,7 @@ from albertlm.utils import atomic_write_text, crash_point
 # the recipe and the stages live in their own modules; importing them from here keeps working
 from albertlm.train.pretrain_recipe import RECIPES, PretrainRecipe, flat_settings  # noqa: F401
 from albertlm.train.stages import read_json_object, check_stages, curriculum_dir, prepare_data  # noqa: F401
-from albertlm.vocab import IGNORE_INDEX
+from albertlm.vocab import IGNORE_INDEX, MASK_ID
 
 
 HELDOUT_MASKED_LM_PROB = 0.15  # the paper's rate: every run is scored on the same task
@@ -48,15 +49,16 @@ def _counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
     return {"masked": float((batch["labels"] != IGNORE_INDEX).sum()), "examples": float(len(batch["labels"]))}
 
 
-def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-    """MLM + SOP loss of a micro-batch, each normalised by its global target count."""
+def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float], mask_id: int = MASK_ID):
+    """MLM + SOP loss of a micro-batch, each normalised by its global target count (`mask_id`: the
+    vocabulary's [MASK], for the accuracy at [MASK] positions)."""
     out = model(**batch)
     n_masked, n_examples = _counts(batch).values()
     mlm = out.mlm_loss * (n_masked / max(totals["masked"], 1.0))
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
         targets = batch["labels"][out.prediction_mask]
-        at_mask = position_kinds(batch["input_ids"], batch["labels"])["mask"][out.prediction_mask]  # the headline
+        at_mask = position_kinds(batch["input_ids"], batch["labels"], mask_id)["mask"][out.prediction_mask]  # the headline
         mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
         mask_count = float(at_mask.sum())
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
@@ -157,7 +159,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     _record_recipe(recipe, run_dir, ctx, resume)
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
     train_data, short_data, heldout = _datasets(recipe, run_dir, data_dir, ctx)
-    baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size)
+    baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size, special=train_data.special_ids)
     model = _build_model(recipe, train_data.vocab_size, ctx)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     ckpt = resume_checkpoint(run_dir, notice=_notice(ctx)) if resume else None
@@ -216,6 +218,7 @@ class _RunHooks:
         self.baselines, self.elapsed_before = baselines, elapsed_before
         self.micro, self.accum = recipe.per_device_batch(ctx.world_size)
         self.short_micro = recipe.per_device_batch(ctx.world_size, curriculum=True)[0]
+        self.special = self.train_data.special_ids
         self.it = iter(self.train_data)
         self.short_it = iter(self.short_data) if self.short_data is not None else None
         self.logger = MetricsLogger(run_dir, enabled=ctx.is_main)
@@ -234,9 +237,11 @@ class _RunHooks:
 
     def batches(self, index: int) -> list[dict[str, torch.Tensor]]:
         if self.short_it is not None and index < self.recipe.curriculum_steps:  # the short-example phase
-            micro_batches = [collate([next(self.short_it) for _ in range(self.short_micro)]) for _ in range(self.accum)]
+            micro_batches = [collate([next(self.short_it) for _ in range(self.short_micro)], special=self.special)
+                             for _ in range(self.accum)]
         else:
-            micro_batches = [collate([next(self.it) for _ in range(self.micro)]) for _ in range(self.accum)]
+            micro_batches = [collate([next(self.it) for _ in range(self.micro)], special=self.special)
+                             for _ in range(self.accum)]
         self.step_tokens = sum(int(b["attention_mask"].sum()) for b in micro_batches)
         return [{k: v.to(self.ctx.device) for k, v in b.items()} for b in micro_batches]
 
@@ -302,8 +307,8 @@ def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model:
     hooks.start = time.perf_counter()
     step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
-                     loss_fn=_loss, count_fn=_counts, ctx=ctx, settings=settings, scaler=scaler,
-                     on_log=hooks.on_log, on_eval=hooks.on_eval, on_checkpoint=hooks.on_checkpoint, bar=bar,
+                     loss_fn=functools.partial(_loss, mask_id=hooks.special.mask), count_fn=_counts, ctx=ctx,
+                     settings=settings, scaler=scaler, on_log=hooks.on_log, on_eval=hooks.on_eval, on_checkpoint=hooks.on_checkpoint, bar=bar,
                      stop_after=stop_after)
     if bar is not None:
         bar.close()

@@ -42,6 +42,10 @@ class PretrainRecipe:
     """Corpus spec (see data/corpus.py): `kjv`, files, globs, directories."""
     vocab_size: int = 8000
     """SentencePiece vocabulary size (capped at what the corpus supports)."""
+    tokenizer: str | None = None
+    """An existing vocabulary directory to pretrain with (spiece.model, or a BERT WordPiece vocab.txt
+    such as Google's Chinese one), copied into the run; None trains a SentencePiece vocabulary of
+    vocab_size on the corpus."""
     build: BuildSettings = QUICK_BUILD
     """How examples are made from the corpus (data/build.py): their length (paper: 512; short runs
     learn faster at 64), the sentence-level objective (sop, nsp, none), static or dynamic masking,

@@ -1,0 +1,324 @@
+"""The WordPiece vocabulary: a BERT `vocab.txt`, as Google's Chinese ALBERT models and albert_zh use.
+
+Encoding is the `tokenizers` library's: BertNormalizer (clean text, a space around every CJK
+character, accents stripped when lower-casing, lower-casing) + BertPreTokenizer (whitespace and
+punctuation) + the WordPiece model (greedy longest match, `##` continuations, a word of over 100
+characters or with an unmatched rest becomes [UNK]). Those are the pieces transformers'
+`BertTokenizer` is built from, so ids equal its ids for the same vocab.txt and options.
+
+Special ids come from the file: each special token is looked up by its text ([PAD], [UNK], [CLS],
+[SEP], [MASK], or the names tokenizer_config.json gives). Entries that are a name in brackets
+(`[unused7]`, `<S>`) can never come out of text, since BertPreTokenizer splits brackets off as
+punctuation: they are `SpecialIds.reserved`, never a random replacement when masking.
+
+Word starts (whole-word masking): a piece starts a word unless it begins with `##`; in Chinese
+mode a piece that is a CJK ideograph starts a word only where jieba starts a word, so all
+characters of one jieba word are masked together (docs/checkpoints.md, "Vocabularies").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from albertlm.errors import AlbertlmError
+from albertlm.tokenizer.chinese import CJK_GAP_RE, HAN_RE, jieba
+from albertlm.utils import atomic_write_text
+from albertlm.vocab import SpecialIds, pair_inputs
+
+VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "tokenizer_config.json"
+CONFIG_VERSION = 1
+MAX_CHARS_PER_WORD = 100
+"""Longer words become [UNK] (BERT's max_input_chars_per_word)."""
+SPECIAL_NAMES = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+"""BERT's special tokens; tokenizer_config.json's `<name>_token` fields may rename them."""
+CHINESE_SHARE = 0.3
+"""Without a recorded choice, Chinese mode is on when more than this share of the entries (special
+and reserved ones aside) are CJK ideographs (Google's Chinese vocab.txt: about two thirds; the
+English ones: a few percent)."""
+_RESERVED_RE = re.compile(r"^(\[[^\[\]\s]+\]|<[^<>\s]+>)$")
+
+
+def read_vocab_file(path: Path) -> list[str]:
+    """The entries of a vocab.txt, one per line, id = line number (BERT's `load_vocab`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise AlbertlmError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise AlbertlmError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last entry
+    if not lines:
+        raise AlbertlmError(f"{path}: an empty vocabulary")
+    return lines
+
+
+class WordPieceTokenizer:
+    """A BERT WordPiece vocabulary with the `Vocabulary` interface (tokenizer/base.py).
+
+    Args:
+        pieces: the vocab.txt entries; id = position.
+        do_lower_case: lower-case (and, unless strip_accents says otherwise, strip accents).
+        strip_accents: None follows do_lower_case (as BertTokenizer).
+        tokenize_chinese_chars: one piece per CJK character (BERT's default, True).
+        chinese: Chinese mode: jieba word starts (None: from the vocabulary, see CHINESE_SHARE).
+        parse_special_tokens: map literal "[MASK]", "[CLS]", ... in the text to their ids, as
+            transformers does (the data build turns it off: text is text).
+        special_names: {pad, unk, cls, sep, mask: token text} overriding SPECIAL_NAMES.
+        source: where the vocabulary came from, for error messages.
+    """
+
+    def __init__(self, pieces: Sequence[str], *, do_lower_case: bool = True, strip_accents: bool | None = None,
+                 tokenize_chinese_chars: bool = True, chinese: bool | None = None,
+                 parse_special_tokens: bool = True, special_names: dict[str, str] | None = None,
+                 source: str = VOCAB_FILE):
+        self._pieces = list(pieces)
+        self.do_lower_case, self.strip_accents = do_lower_case, strip_accents
+        self.tokenize_chinese_chars, self.parse_special_tokens = tokenize_chinese_chars, parse_special_tokens
+        self.special_names = {**SPECIAL_NAMES, **(special_names or {})}
+        self.source = source
+        # id of each entry; a repeated entry maps to its last line, as BERT's load_vocab does
+        self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+        missing = [name for name in self.special_names.values() if name not in self._ids]
+        if missing:
+            raise AlbertlmError(f"{source}: no {', '.join(missing)} entry (a BERT vocab.txt lists "
+                                f"{', '.join(SPECIAL_NAMES.values())})")
+        named = {field: self._ids[name] for field, name in self.special_names.items()}
+        reserved = tuple(i for i, p in enumerate(self._pieces) if _RESERVED_RE.match(p) and i not in named.values())
+        self.special_ids = SpecialIds(**named, reserved=reserved)
+        if chinese is None:
+            han = sum(1 for p in self._pieces if len(p.removeprefix("##")) == 1 and HAN_RE.match(p.removeprefix("##")))
+            chinese = han > CHINESE_SHARE * (len(self._pieces) - len(self.special_ids.excluded))
+        self.chinese = chinese
+        self._word_start = np.array([not p.startswith("##") for p in self._pieces], dtype=bool)
+        self._specials = frozenset({named["pad"], named["cls"], named["sep"], named["mask"]})  # skipped by decode
+        self._tok = self._build()
+
+    def _build(self):
+        """The `tokenizers` pipeline BertTokenizer uses (normaliser, pre-tokenizer, WordPiece model)."""
+        from tokenizers import Tokenizer as Pipeline
+        from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+        tok = Pipeline(models.WordPiece(self._ids, unk_token=self.special_names["unk"],
+                                        max_input_chars_per_word=MAX_CHARS_PER_WORD))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=self.tokenize_chinese_chars,
+                                                    strip_accents=self.strip_accents, lowercase=self.do_lower_case)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        if self.parse_special_tokens:
+            from tokenizers import AddedToken
+
+            tok.add_special_tokens([AddedToken(name, normalized=False) for name in self.special_names.values()])
+        return tok
+
+    # ---- loading and saving
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs) -> WordPieceTokenizer:
+        """Load a directory with vocab.txt [+ tokenizer_config.json] (or a bare vocab.txt file).
+
+        tokenizer_config.json's `do_lower_case` (default True, as BertTokenizer), `strip_accents`,
+        `tokenize_chinese_chars`, `<name>_token` fields and our "albertlm" fields are read; keyword
+        arguments (parse_special_tokens, ...) go to the constructor.
+        """
+        path = Path(path)
+        vocab_file, config_file = (path / VOCAB_FILE, path / CONFIG_FILE) if path.is_dir() else (path, None)
+        if not vocab_file.is_file():
+            raise AlbertlmError(f"{path}: no {VOCAB_FILE}")
+        options: dict = {}
+        if config_file is not None and config_file.is_file():
+            options = _read_config(config_file)
+        return cls(read_vocab_file(vocab_file), source=str(vocab_file), **{**options, **kwargs})
+
+    def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
+        """Write vocab.txt and tokenizer_config.json (each atomically) into `out_dir`.
+
+        The config carries what transformers reads (`tokenizer_class` BertTokenizer, `do_lower_case`,
+        the special tokens), so `BertTokenizer.from_pretrained(out_dir)` and `AutoTokenizer` work;
+        our own fields live under "albertlm".
+        """
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise AlbertlmError(f"{out}: exists and is not a directory")
+        config = {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+            "strip_accents": self.strip_accents, "tokenize_chinese_chars": self.tokenize_chinese_chars,
+            "model_max_length": 512,
+            **{f"{field}_token": name for field, name in self.special_names.items()},
+            "albertlm": {"format_version": CONFIG_VERSION, "vocabulary": "wordpiece", "chinese": self.chinese,
+                         "vocab_size": self.vocab_size, **(extra or {})},
+        }
+        try:
+            atomic_write_text(out / VOCAB_FILE, "".join(p + "\n" for p in self._pieces))
+            atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
+        return out
+
+    def __getstate__(self) -> dict:  # picklable for DataLoader workers
+        return {"pieces": self._pieces, "do_lower_case": self.do_lower_case, "strip_accents": self.strip_accents,
+                "tokenize_chinese_chars": self.tokenize_chinese_chars, "chinese": self.chinese,
+                "parse_special_tokens": self.parse_special_tokens, "special_names": self.special_names,
+                "source": self.source}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state.pop("pieces"), **state)
+
+    # ---- vocabulary
+    @property
+    def vocab_size(self) -> int:
+        """Number of entries (lines of vocab.txt), special tokens included."""
+        return len(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    @property
+    def word_start_table(self) -> np.ndarray:
+        """bool [vocab_size]: whether a piece begins a word (not a `##` continuation)."""
+        return self._word_start
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Pieces for ids (e.g. [101, 791] -> ["[CLS]", "今"])."""
+        return [self._pieces[int(i)] for i in ids]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        """Ids for pieces; unknown pieces map to [UNK]'s id."""
+        return [self._ids.get(t, self.special_ids.unk) for t in tokens]
+
+    # ---- encoding
+    def _encodings(self, texts: Sequence[str]):
+        return self._tok.encode_batch(list(texts), add_special_tokens=False)
+
+    def _starts(self, text: str, enc) -> np.ndarray:
+        """Word starts of one encoding: not `##`; in Chinese mode, CJK pieces where jieba starts a word."""
+        ids = np.asarray(enc.ids, dtype=np.int64)
+        starts = self._word_start[ids].copy()
+        if not self.chinese or not HAN_RE.search(text):
+            return starts
+        word_begins, at = set(), 0
+        for word in jieba().lcut(text):
+            word_begins.add(at)
+            at += len(word)
+        if at != len(text):  # jieba returns its whole input in pieces; never expected
+            raise RuntimeError("jieba segmentation does not cover the text")
+        for k, (begin, end) in enumerate(enc.offsets):
+            if starts[k] and end > begin and HAN_RE.match(text[begin]) and ids[k] not in self._specials:
+                starts[k] = begin in word_begins
+        return starts
+
+    def encode_batch_packed(self, texts: Sequence[str], *, word_starts: bool = True
+                            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Encode many texts in one multi-threaded `tokenizers` call; the data build's fast path.
+
+        Args:
+            texts: N raw texts.
+            word_starts: also return word starts (see the module docstring).
+        Returns:
+            (ids int32 [T], word_start bool [T] or None, offsets int64 [N+1]): text i's pieces
+            are ids[offsets[i]:offsets[i+1]].
+        """
+        encodings = self._encodings(texts)
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum([len(e.ids) for e in encodings], out=offsets[1:])
+        ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int32, count=int(offsets[-1]))
+        if not word_starts:
+            return ids, None, offsets
+        if self.chinese:
+            starts = np.concatenate([np.zeros(0, bool)] + [self._starts(t, e) for t, e in zip(texts, encodings)])
+        else:
+            starts = self._word_start[ids]
+        return ids, starts, offsets
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode` for many texts (one multi-threaded call); int32 arrays."""
+        ids, _, offsets = self.encode_batch_packed(texts, word_starts=False)
+        return np.split(ids, offsets[1:-1]) if len(texts) else []
+
+    def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, list[tuple[int, int]]]]:
+        """Ids and each piece's character span [start, end) in its original text (exact, from tokenizers).
+
+        Returns:
+            [(ids int32 [n], [(start, end)] * n)] per text.
+        """
+        return [(np.asarray(e.ids, dtype=np.int32), [tuple(o) for o in e.offsets]) for e in self._encodings(texts)]
+
+    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`encode_with_word_starts` for many texts."""
+        if not len(texts):
+            return []
+        ids, starts, offsets = self.encode_batch_packed(texts)
+        return list(zip(np.split(ids, offsets[1:-1]), np.split(starts, offsets[1:-1])))
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one text, without [CLS]/[SEP]: int32 [num_pieces]."""
+        return self.encode_batch_packed([text], word_starts=False)[0]
+
+    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32 [n], word_start bool [n]) of one text (for whole-word masking)."""
+        ids, starts, _ = self.encode_batch_packed([text])
+        return ids, starts
+
+    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
+
+        Returns:
+            (input_ids int32 [L], token_type_ids int32 [L]).
+        """
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
+        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        """Text for ids (normalised as the tokenizer saw it: lower-cased etc.); `##` pieces joined.
+
+        Args:
+            ids: token ids.
+            skip_special_tokens: drop [PAD]/[CLS]/[SEP]/[MASK]; otherwise they appear as text.
+        """
+        ids = [int(i) for i in ids]
+        if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
+        tokens = [self._pieces[i] for i in ids if not (skip_special_tokens and i in self._specials)]
+        text = self._tok.decoder.decode(tokens) if tokens else ""
+        return CJK_GAP_RE.sub("", text) if self.chinese else text
+
+
+def _read_config(config_file: Path) -> dict:
+    """Constructor options from a tokenizer_config.json (transformers' fields and ours)."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise AlbertlmError(f"{config_file}: expected a JSON object")
+    ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
+    options: dict = {}
+    for key, value, nullable in (("do_lower_case", config.get("do_lower_case"), False),
+                                 ("strip_accents", config.get("strip_accents"), True),
+                                 ("tokenize_chinese_chars", config.get("tokenize_chinese_chars"), False),
+                                 ("chinese", ours.get("chinese"), False)):
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise AlbertlmError(f"{config_file}: field {key!r} must be true or false"
+                                f"{' or null' if nullable else ''}, got {value!r}")
+        options[key] = value
+    names = {}
+    for field in SPECIAL_NAMES:
+        value = config.get(f"{field}_token")
+        if isinstance(value, dict):  # transformers' serialised AddedToken
+            value = value.get("content")
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise AlbertlmError(f"{config_file}: field '{field}_token' must be a token string, got {value!r}")
+            names[field] = value
+    if names:
+        options["special_names"] = names
+    return options
