@@ -76,8 +76,12 @@ def test_examples_carry_the_vocabulary_ids_and_jieba_word_starts(zh, zh_data):
         shown = ex["input_ids"][predicted]
         drawn += shown[(shown != 103) & (shown != ex["labels"][predicted])].tolist()
     assert drawn and not reserved & set(drawn) and min(drawn) >= 106  # random replacements are real text
-    batch = collate([ds.example(0), ds.example(1)], special=ds.special_ids)
-    assert batch["input_ids"][batch["attention_mask"] == 0].eq(0).all()  # padded with [PAD]
+    batch = collate([ds.example(0), ds.example(1)], pad_to_multiple=64, special=ds.special_ids)
+    assert (batch["attention_mask"] == 0).any() and batch["input_ids"][batch["attention_mask"] == 0].eq(0).all()
+    from albertlm.vocab import SpecialIds
+
+    odd = collate([ds.example(0), ds.example(1)], pad_to_multiple=64, special=SpecialIds(pad=7, unk=1, cls=2, sep=3, mask=4))
+    assert (odd["attention_mask"] == 0).any() and odd["input_ids"][odd["attention_mask"] == 0].eq(7).all()
     # word starts: every character of a jieba word but the first continues it
     ids, starts = tok.encode_with_word_starts("北京大学学生在公园散步")
     words = jieba().lcut("北京大学学生在公园散步")

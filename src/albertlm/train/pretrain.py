@@ -199,7 +199,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         final_dir = run_dir / "model"
         unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
         crash_point("model:saved")
-        for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
+        for f in tok_dir.iterdir():  # spiece.model or vocab.txt + tokenizer_config.json: the model dir is self-contained
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
         summary["model_dir"] = str(final_dir)
