@@ -143,3 +143,18 @@ def test_a_data_build_from_another_vocabulary_is_refused(zh, zh_data, tmp_path):
         check_stages(recipe, run)
     shutil.copyfile(vocab / "vocab.txt", run / "tokenizer" / "vocab.txt")
     check_stages(recipe, run)  # the same vocabulary: accepted
+
+
+def test_switching_between_a_copied_and_a_trained_tokenizer_is_refused(zh, tmp_path):
+    from albertlm.train.pretrain import PretrainRecipe
+    from albertlm.train.stages import STAGE_FILE, _tokenizer_stage, check_stages
+
+    vocab, corpus = zh
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    given = PretrainRecipe(preset="test", corpus=str(corpus), tokenizer=str(vocab))
+    (run / "tokenizer" / STAGE_FILE).write_text(json.dumps(_tokenizer_stage(given)))
+    (run / "tokenizer" / "vocab.txt").write_bytes((vocab / "vocab.txt").read_bytes())
+    check_stages(given, run)
+    with pytest.raises(AlbertlmError, match="source: saved 'copied', now 'trained'"):
+        check_stages(PretrainRecipe(preset="test", corpus=str(corpus)), run)
