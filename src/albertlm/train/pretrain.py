@@ -58,7 +58,8 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
         targets = batch["labels"][out.prediction_mask]
-        at_mask = position_kinds(batch["input_ids"], batch["labels"], mask_id)["mask"][out.prediction_mask]  # the headline
+        kinds = position_kinds(batch["input_ids"], batch["labels"], mask_id)
+        at_mask = kinds["mask"][out.prediction_mask]  # the headline
         mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
         mask_count = float(at_mask.sum())
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
@@ -199,7 +200,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         final_dir = run_dir / "model"
         unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
         crash_point("model:saved")
-        for f in tok_dir.iterdir():  # spiece.model or vocab.txt + tokenizer_config.json: the model dir is self-contained
+        for f in tok_dir.iterdir():  # spiece.model or vocab.txt, tokenizer_config.json: a self-contained dir
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
         summary["model_dir"] = str(final_dir)
@@ -239,7 +240,8 @@ def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model:
 
     def batches(index: int) -> list[dict[str, torch.Tensor]]:
         if short_it is not None and index < recipe.curriculum_steps:  # the short-example phase
-            micro_batches = [collate([next(short_it) for _ in range(short_micro)], special=special) for _ in range(accum)]
+            micro_batches = [collate([next(short_it) for _ in range(short_micro)], special=special)
+                             for _ in range(accum)]
         else:
             micro_batches = [collate([next(it) for _ in range(micro)], special=special) for _ in range(accum)]
         tally["step_tokens"] = sum(int(b["attention_mask"].sum()) for b in micro_batches)
