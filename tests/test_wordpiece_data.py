@@ -76,8 +76,12 @@ def test_examples_carry_the_vocabulary_ids_and_jieba_word_starts(zh, zh_data):
         shown = ex["input_ids"][predicted]
         drawn += shown[(shown != 103) & (shown != ex["labels"][predicted])].tolist()
     assert drawn and not reserved & set(drawn) and min(drawn) >= 106  # random replacements are real text
-    batch = collate([ds.example(0), ds.example(1)], special=ds.special_ids)
-    assert batch["input_ids"][batch["attention_mask"] == 0].eq(0).all()  # padded with [PAD]
+    batch = collate([ds.example(0), ds.example(1)], pad_to_multiple=64, special=ds.special_ids)
+    assert (batch["attention_mask"] == 0).any() and batch["input_ids"][batch["attention_mask"] == 0].eq(0).all()
+    from albertlm.vocab import SpecialIds
+
+    odd = collate([ds.example(0), ds.example(1)], pad_to_multiple=64, special=SpecialIds(pad=7, unk=1, cls=2, sep=3, mask=4))
+    assert (odd["attention_mask"] == 0).any() and odd["input_ids"][odd["attention_mask"] == 0].eq(7).all()
     # word starts: every character of a jieba word but the first continues it
     ids, starts = tok.encode_with_word_starts("北京大学学生在公园散步")
     words = jieba().lcut("北京大学学生在公园散步")
@@ -99,7 +103,7 @@ def test_pretrain_with_a_recipe_tokenizer(zh, tmp_path):
     from albertlm.train.pretrain import PretrainRecipe, pretrain
 
     vocab, corpus = zh
-    recipe = PretrainRecipe(preset="test", corpus=str(corpus), tokenizer=str(vocab), max_seq_length=32,
+    recipe = PretrainRecipe().with_settings(preset="test", corpus=str(corpus), tokenizer=str(vocab), max_seq_length=32,
                             batch_size=8, steps=6, warmup_steps=1, lr=0.01, eval_every=6, eval_examples=16,
                             log_every=1, checkpoint_every=6, heldout_fraction=0.1, precision="fp32",
                             curriculum_steps=0, workers=1)
@@ -119,7 +123,7 @@ def test_pretrain_with_a_recipe_tokenizer(zh, tmp_path):
     from albertlm.train.stages import check_stages
 
     with pytest.raises(AlbertlmError, match="tokenizer/"):
-        check_stages(PretrainRecipe(**{**recipe.__dict__, "tokenizer": str(other)}), tmp_path / "run")
+        check_stages(recipe.with_settings(tokenizer=str(other)), tmp_path / "run")
 
 
 def test_a_data_build_from_another_vocabulary_is_refused(zh, zh_data, tmp_path):
@@ -133,9 +137,24 @@ def test_a_data_build_from_another_vocabulary_is_refused(zh, zh_data, tmp_path):
     shutil.copytree(zh_data[0], run / "data")
     (run / "tokenizer").mkdir(parents=True)
     (run / "tokenizer" / "vocab.txt").write_text(vocab.joinpath("vocab.txt").read_text() + "xyz\n", encoding="utf-8")
-    recipe = PretrainRecipe(preset="test", corpus=str(corpus), max_seq_length=32, heldout_fraction=0.1,
+    recipe = PretrainRecipe().with_settings(preset="test", corpus=str(corpus), max_seq_length=32, heldout_fraction=0.1,
                             curriculum_steps=0, curriculum_seq_length=None, seed=0)
     with pytest.raises(AlbertlmError, match=r"data/ \(built with another vocabulary than tokenizer/ holds\)"):
         check_stages(recipe, run)
     shutil.copyfile(vocab / "vocab.txt", run / "tokenizer" / "vocab.txt")
     check_stages(recipe, run)  # the same vocabulary: accepted
+
+
+def test_switching_between_a_copied_and_a_trained_tokenizer_is_refused(zh, tmp_path):
+    from albertlm.train.pretrain import PretrainRecipe
+    from albertlm.train.stages import STAGE_FILE, _tokenizer_stage, check_stages
+
+    vocab, corpus = zh
+    run = tmp_path / "run"
+    (run / "tokenizer").mkdir(parents=True)
+    given = PretrainRecipe(preset="test", corpus=str(corpus), tokenizer=str(vocab))
+    (run / "tokenizer" / STAGE_FILE).write_text(json.dumps(_tokenizer_stage(given)))
+    (run / "tokenizer" / "vocab.txt").write_bytes((vocab / "vocab.txt").read_bytes())
+    check_stages(given, run)
+    with pytest.raises(AlbertlmError, match="source: saved 'copied', now 'trained'"):
+        check_stages(PretrainRecipe(preset="test", corpus=str(corpus)), run)

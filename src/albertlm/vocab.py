@@ -5,10 +5,11 @@ Special-token ids belong to a vocabulary: `SpecialIds`, which every tokenizer ex
 SentencePiece vocabularies (docs/design-notes.md, "Tokenizer") put them first: `<pad>` 0, `<unk>` 1,
 `[CLS]` 2, `[SEP]` 3, `[MASK]` 4 (`SPIECE_IDS`, also the module constants PAD_ID ... MASK_ID and
 the defaults wherever no vocabulary is at hand); a BERT WordPiece vocab.txt puts them wherever the
-file lists them ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103 in Google's files). IGNORE_INDEX marks a label position no loss or metric
-scores (PyTorch's cross-entropy default, as transformers uses). The CJK ranges say which characters
-Chinese mode splits off one per piece: the ideograph blocks of BERT's `_is_chinese_char`, plus CJK
-and full-width punctuation.
+file lists them ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103 in Google's files).
+
+IGNORE_INDEX marks a label position no loss or metric scores (PyTorch's cross-entropy default, as
+transformers uses). The CJK ranges say which characters Chinese mode splits off one per piece: the
+ideograph blocks of BERT's `_is_chinese_char`, plus CJK and full-width punctuation.
 """
 
 from __future__ import annotations

@@ -58,7 +58,8 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
         targets = batch["labels"][out.prediction_mask]
-        at_mask = position_kinds(batch["input_ids"], batch["labels"], mask_id)["mask"][out.prediction_mask]  # the headline
+        kinds = position_kinds(batch["input_ids"], batch["labels"], mask_id)
+        at_mask = kinds["mask"][out.prediction_mask]  # the headline
         mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
         mask_count = float(at_mask.sum())
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
@@ -198,7 +199,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
         final_dir = run_dir / "model"
         unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
         crash_point("model:saved")
-        for f in tok_dir.iterdir():  # spiece.model + tokenizer_config.json: the model dir is self-contained
+        for f in tok_dir.iterdir():  # spiece.model or vocab.txt, tokenizer_config.json: a self-contained dir
             if f.is_file():
                 shutil.copy2(f, final_dir / f.name)
         summary["model_dir"] = str(final_dir)
@@ -308,8 +309,8 @@ def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model:
     step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
                      loss_fn=functools.partial(_loss, mask_id=hooks.special.mask), count_fn=_counts, ctx=ctx,
-                     settings=settings, scaler=scaler, on_log=hooks.on_log, on_eval=hooks.on_eval, on_checkpoint=hooks.on_checkpoint, bar=bar,
-                     stop_after=stop_after)
+                     settings=settings, scaler=scaler, on_log=hooks.on_log, on_eval=hooks.on_eval,
+                     on_checkpoint=hooks.on_checkpoint, bar=bar, stop_after=stop_after)
     if bar is not None:
         bar.close()
     hooks.logger.close()

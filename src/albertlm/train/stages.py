@@ -34,10 +34,9 @@ def _tokenizer_stage(recipe: PretrainRecipe) -> dict[str, Any]:
     """What the tokenizer stage depends on: the given directory and its vocabulary, or the training settings."""
     from albertlm.tokenizer import vocabulary_fingerprint
 
-    if recipe.tokenizer is not None:
-        return {"tokenizer": str(Path(recipe.tokenizer).resolve()),
-                "sha256": vocabulary_fingerprint(recipe.tokenizer)["sha256"]}
-    return {"tokenizer": None, "corpus": recipe.corpus, "vocab_size": recipe.vocab_size, "seed": recipe.build_seed}
+    if recipe.tokenizer is not None:  # identified by its content: the directory may move
+        return {"source": "copied", "sha256": vocabulary_fingerprint(recipe.tokenizer)["sha256"]}
+    return {"source": "trained", "corpus": recipe.corpus, "vocab_size": recipe.vocab_size, "seed": recipe.build_seed}
 
 
 def _vocabulary_sha256(tok_dir: Path) -> str | None:
