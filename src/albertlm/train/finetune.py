@@ -312,7 +312,8 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
         recipe: the settings as given (unresolved).
         tokenizer: the model's tokenizer.
         base: the model's config (its max_position_embeddings caps max_seq_length).
-        labels: the class names in id order; None: the task's own (from its files or training data).
+        labels: the class names in id order, fixed by an existing classifier (the training data may not
+            hold others); None: the task's own (from its files or training data).
     Returns:
         The TaskRun; nothing is written.
     """
@@ -328,7 +329,11 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
         if unlabelled:
             raise AlbertlmError(f"{data_dir}: {unlabelled} of {len(examples)} {split} examples have no label "
                                 f"(is the label column missing from its {split} file?)")
-    labels = spec.label_list(data_dir, train_ex) if labels is None else labels
+    found = spec.label_list(data_dir, train_ex)
+    if labels is not None and found and set(found) - set(labels):  # the model's classes are fixed already
+        raise AlbertlmError(f"{data_dir}: the training data has labels {sorted(set(found) - set(labels))} that the "
+                            f"model does not know (it has {labels})")
+    labels = found if labels is None else labels
     partial = recipe.resolve(spec, 1)  # everything but the step counts, which need the feature count
     settings = feature_settings(partial, base, chinese=tokenizer.chinese)
     train_f = spec.family.featurize(spec, train_ex, tokenizer, labels, settings, True)
