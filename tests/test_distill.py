@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
+from albertlm.cli import main
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
@@ -257,3 +258,33 @@ def test_refusals_are_one_line(world, tmp_path):
     with pytest.raises(AlbertlmError, match=r"labels \['2'\] that the model does not know"):
         distill(generic, teacher, "test", three, tmp_path / "o9", FinetuneRecipe(steps=1), progress=False)
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 10))  # refused before writing anything
+
+
+# ---------------------------------------------------------------------------- the command
+def test_cli_end_to_end(world, tmp_path, capsys):
+    tf = pytest.importorskip("transformers")
+    out = tmp_path / "student"
+    code = main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(out), "--temperature", "3", "--alpha", "0.7",
+                 "--student-layers", "2", "--steps", "8", "--batch-size", "16", "--max-seq-length", "32",
+                 "--no-progress", "--device", "cpu"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "accuracy *" in printed and "8 steps" in printed and "distilled from" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["distillation"]["temperature"] == 3.0 and results["distillation"]["alpha"] == 0.7
+    assert len(results["distillation"]["teacher_fingerprint"]) == 64
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["albertlm_distillation"]["teacher"] == str(world["teacher"])
+    assert (out / "teacher_logits.safetensors").is_file()
+    assert main(["evaluate", "--model", str(out), "--data", str(world["data"]), "--json", "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["accuracy"] == pytest.approx(results["best"]["accuracy"])
+    theirs, info = tf.AlbertForSequenceClassification.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    # errors are one line with exit status 2
+    assert main(["distill", "--teacher", str(tmp_path / "nope"), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(tmp_path / "x")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(world["teacher"])]) == 2
+    assert "would overwrite it" in capsys.readouterr().err
