@@ -187,6 +187,18 @@ def test_teacher_logits_are_cached_and_invalidated(world, tmp_path, monkeypatch)
     distill("sst-2", world["teacher"], "test", data, out, FinetuneRecipe(steps=2, **{**RECIPE, "max_seq_length": 9}),
             progress=False)
     assert calls == [40, 40, 40]
+    # the teacher's files are part of the key
+    import shutil
+
+    changed = tmp_path / "teacher-copy"
+    shutil.copytree(world["teacher"], changed)
+    assert distill_module.teacher_fingerprint(changed) == distill_module.teacher_fingerprint(world["teacher"])
+    with open(changed / "model.safetensors", "r+b") as fh:  # one byte of the last tensor's data
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 1]))
+    assert distill_module.teacher_fingerprint(changed) != distill_module.teacher_fingerprint(world["teacher"])
     # a torn cache file is not trusted
     (out / distill_module.TEACHER_CACHE).write_bytes(b"not safetensors")
     distill("sst-2", world["teacher"], "test", data, out, recipe, progress=False)
