@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import checkpoints, pretraining, tasks
+from albertlm.cli import checkpoints, distill, pretraining, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -31,6 +31,8 @@ COMMANDS: dict[str, Command] = {
                   "--vocab-size 8000 --out tok/", pretraining.tokenizer_args, pretraining.tokenizer_run),
     "finetune": ("fine-tune on a task (GLUE, SQuAD, RACE, NER, Chinese sets, generic files) and keep the best dev "
                  "checkpoint: albertlm finetune --task sst-2 --model DIR --data DIR", tasks.finetune_args, tasks.finetune_run),
+    "distill": ("train a smaller student from a fine-tuned classifier: albertlm distill --teacher DIR --student "
+                "albert-mini --task sst-2 --data DIR", distill.distill_args, distill.distill_run),
     "evaluate": ("score a fine-tuned model on a task split: albertlm evaluate --model DIR --data DIR",
                  tasks.evaluate_args, tasks.evaluate_run),
     "predict": ("predictions of a fine-tuned model for lines of input (files or stdin)", tasks.predict_args, tasks.predict_run),

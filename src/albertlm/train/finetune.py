@@ -35,7 +35,7 @@ from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.loop import Cadence, StepSettings, run_steps
+from albertlm.train.loop import Cadence, CountFn, LossFn, StepSettings, run_steps
 from albertlm.train.metrics import MetricsLogger
 from albertlm.utils import check_field_types
 from albertlm.vocab import IGNORE_INDEX
@@ -253,20 +253,68 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     """finetune()'s body, run inside a fork of torch's global generator (it seeds it)."""
     spec = get_task(task) if isinstance(task, str) else task
     recipe = recipe or FinetuneRecipe()
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise AlbertlmError(f"--out {out_dir}: exists and is not a directory")
-    for other, flag in ((model_dir, "--model"), (data_dir, "--data")):
-        if out_dir.resolve() == Path(other).resolve():
-            raise AlbertlmError(f"--out {out_dir} is the {flag} directory: fine-tuning would overwrite it; "
-                                "choose another --out")
+    out_dir = check_out_dir(out_dir, {"--model": model_dir, "--data": data_dir})
     base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
     if recipe.max_seq_length is not None and recipe.max_seq_length > base.max_position_embeddings:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the model at {model_dir} has only "
                             f"{base.max_position_embeddings} positions")
-    rng = np.random.default_rng(recipe.seed)
     tokenizer = load_tokenizer(model_dir)
+    run = prepare_task(spec, data_dir, recipe, tokenizer, base)
+    start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe)})
+    torch.manual_seed(run.recipe.seed)
+    model = load_head(spec, model_dir, head_config(spec, base, run.labels, run.recipe, run.settings))
+    loss_fn, count_fn = head_objective(spec)
+    return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
+                      device=device, progress=progress, record={"model_dir": str(model_dir)})
 
+
+# ---------------------------------------------------------------------------- the pieces of a run
+@dataclass
+class TaskRun:
+    """What a run trains and scores on: the task, its examples and features, the resolved recipe."""
+
+    spec: TaskSpec
+    recipe: FinetuneRecipe
+    """Every default filled in (`FinetuneRecipe.resolve`) for the training features."""
+    settings: FeatureSettings
+    labels: list[str] | None
+    """Class or tag names in id order (None: regression, QA, multiple choice)."""
+    train_ex: list
+    dev_ex: list
+    train_f: list[Feature]
+    dev_f: list[Feature]
+    rng: np.random.Generator
+    """The run's generator: it chose the training subset and draws the data order."""
+
+
+def check_out_dir(out_dir: str | Path, inputs: dict[str, str | Path]) -> Path:
+    """`out_dir` as a Path, refused when it is a file or one of the run's inputs ({flag: path})."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise AlbertlmError(f"--out {out_dir}: exists and is not a directory")
+    for flag, other in inputs.items():
+        if out_dir.resolve() == Path(other).resolve():
+            raise AlbertlmError(f"--out {out_dir} is the {flag} directory: fine-tuning would overwrite it; "
+                                "choose another --out")
+    return out_dir
+
+
+def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, tokenizer, base: AlbertConfig,
+                 labels: list[str] | None = None) -> TaskRun:
+    """Read, subset and featurize the train and dev splits, and resolve the recipe for them.
+
+    Args:
+        spec: the task.
+        data_dir: its data directory.
+        recipe: the settings as given (unresolved).
+        tokenizer: the model's tokenizer.
+        base: the model's config (its max_position_embeddings caps max_seq_length).
+        labels: the class names in id order, fixed by an existing classifier (the training data may not
+            hold others); None: the task's own (from its files or training data).
+    Returns:
+        The TaskRun; nothing is written.
+    """
+    rng = np.random.default_rng(recipe.seed)
     train_ex = spec.read(data_dir, "train", recipe.strict)
     dev_ex = spec.read(data_dir, "dev", recipe.strict)
     if recipe.max_train_examples and recipe.max_train_examples < len(train_ex):
@@ -278,24 +326,31 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
         if unlabelled:
             raise AlbertlmError(f"{data_dir}: {unlabelled} of {len(examples)} {split} examples have no label "
                                 f"(is the label column missing from its {split} file?)")
-    labels = spec.label_list(data_dir, train_ex)
+    found = spec.label_list(data_dir, train_ex)
+    if labels is not None and found and set(found) - set(labels):  # the model's classes are fixed already
+        raise AlbertlmError(f"{data_dir}: the training data has labels {sorted(set(found) - set(labels))} that the "
+                            f"model does not know (it has {labels})")
+    labels = found if labels is None else labels
     partial = recipe.resolve(spec, 1)  # everything but the step counts, which need the feature count
     settings = feature_settings(partial, base, chinese=tokenizer.chinese)
     train_f = spec.family.featurize(spec, train_ex, tokenizer, labels, settings, True)
     dev_f = spec.family.featurize(spec, dev_ex, tokenizer, labels, settings, False)
     if not train_f or not dev_f:
         raise AlbertlmError(f"task {spec.name}: no usable {'training' if not train_f else 'dev'} examples")
-    r = recipe.resolve(spec, len(train_f))
-    out_dir.mkdir(parents=True, exist_ok=True)  # only now that the inputs are known to be usable
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
-    (out_dir / "recipe.json").write_text(json.dumps({"task": spec.name, **dataclasses.asdict(r)}, indent=2))
+    return TaskRun(spec, recipe.resolve(spec, len(train_f)), settings, labels, train_ex, dev_ex, train_f, dev_f, rng)
 
-    torch.manual_seed(r.seed)
-    config = head_config(spec, base, labels, r, settings)
-    model = load_head(spec, model_dir, config).to(device).train()
-    optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
-    step_settings = StepSettings(precision=r.precision, clip_norm=r.clip_norm)
-    ctx = DistContext(device=device)
+
+def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
+    """Create `out_dir` (only once the inputs are known to be usable) and write recipe.json there."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
+    (out_dir / "recipe.json").write_text(json.dumps(recipe_record, indent=2))
+
+
+def head_objective(spec: TaskSpec) -> tuple[LossFn, CountFn]:
+    """The fine-tuning objective: the head's own loss (heads.py), averaged over the step's examples
+    (or labelled tokens, for token-level tasks). Other recipes (distillation) pass their own pair to
+    `train_task`; theirs must also report a `loss_sum` metric and an `n` count."""
     tokens = spec.family.token_level
 
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -308,14 +363,39 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
             return out.logits.sum() * 0.0, {"loss_sum": 0.0}
         return out.loss * (n / totals["n"]), {"loss_sum": float(out.loss.detach()) * n}
 
+    return loss_fn, count
+
+
+def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss_fn: LossFn, count_fn: CountFn,
+               device: torch.device, progress: bool, record: dict[str, Any], name: str = "finetune") -> dict[str, Any]:
+    """Train `model` on the run's features with the shared loop, keeping the best dev checkpoint.
+
+    Args:
+        run: the prepared task (prepare_task).
+        model: the head to train, on `device`, in train mode.
+        tokenizer: saved beside every best checkpoint.
+        out_dir: the output directory (start_outputs made it).
+        loss_fn, count_fn: the objective (head_objective, or another recipe's); a batch holds the
+            padded inputs of the training features, whatever keys those carry.
+        device: the torch device.
+        progress: show a progress bar.
+        record: more entries for results.json (at least `model_dir`).
+        name: the recipe's name, for the progress bar.
+    Returns:
+        The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
+    """
+    spec, r, train_f = run.spec, run.recipe, run.train_f
+    optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
     logger = MetricsLogger(out_dir)
-    logger.log(0, "setup", {"task": spec.name, "train_examples": len(train_ex), "train_features": len(train_f),
-                            "dev_examples": len(dev_ex), "parameters": model.num_parameters(), **dataclasses.asdict(r)})
+    logger.log(0, "setup", {"task": spec.name, "train_examples": len(run.train_ex), "train_features": len(train_f),
+                            "dev_examples": len(run.dev_ex), "parameters": model.num_parameters(),
+                            **dataclasses.asdict(r)})
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=r.steps, desc=f"finetune {spec.name}", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=r.steps, desc=f"{name} {spec.name}", unit="step",
+                   dynamic_ncols=True)
     best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
     last: dict[str, float] = {}
     state = {"bad_evals": 0, "order": np.zeros(0, dtype=np.int64)}
@@ -323,7 +403,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
 
     def batches(index: int) -> list[dict[str, torch.Tensor]]:
         while len(state["order"]) < r.batch_size:  # a fresh shuffle per epoch, the remainder carried over
-            state["order"] = np.concatenate([state["order"], rng.permutation(len(train_f))])
+            state["order"] = np.concatenate([state["order"], run.rng.permutation(len(train_f))])
         idx, state["order"] = state["order"][:r.batch_size], state["order"][r.batch_size:]
         return [to_device(pad_batch([train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
                 for k in range(0, len(idx), r.micro_batch_size)]
@@ -337,7 +417,8 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
 
     def on_eval(done: int) -> bool:
         nonlocal best, last
-        last, predictions = score(model, spec, dev_ex, dev_f, labels, settings, r.eval_batch_size, device)
+        last, predictions = score(model, spec, run.dev_ex, run.dev_f, run.labels, run.settings, r.eval_batch_size,
+                                  device)
         logger.log(done, "eval", last)
         value = last.get(spec.main_metric, float("nan"))
         value = -math.inf if math.isnan(value) else value
@@ -346,23 +427,24 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
             state["bad_evals"] = 0
             model.save_pretrained(out_dir)
             tokenizer.save(out_dir)
-            spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", dev_ex, predictions)
+            spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", run.dev_ex, predictions)
             return False
         state["bad_evals"] += 1
         return bool(r.patience and state["bad_evals"] >= r.patience)
 
     step = run_steps(model, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
                      batches=batches, lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
-                     count_fn=count, ctx=ctx, settings=step_settings, on_log=on_log, on_eval=on_eval, bar=bar)
+                     count_fn=count_fn, ctx=DistContext(device=device),
+                     settings=StepSettings(precision=r.precision, clip_norm=r.clip_norm), on_log=on_log,
+                     on_eval=on_eval, bar=bar)
     if bar is not None:
         bar.close()
     logger.close()
     results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
-               "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(train_ex),
-               "train_features": len(train_f), "dev_examples": len(dev_ex),
-               "train_seconds": time.perf_counter() - start, "model_dir": str(model_dir), "out_dir": str(out_dir),
-               "transformers_loads": transformers_can_load(config),
-               "recipe": dataclasses.asdict(r)}
+               "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(run.train_ex),
+               "train_features": len(train_f), "dev_examples": len(run.dev_ex),
+               "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
+               "transformers_loads": transformers_can_load(model.config), **record}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
 

@@ -1,0 +1,367 @@
+"""Knowledge distillation: a fine-tuned ALBERT classifier (the teacher) trains a smaller student.
+
+The student learns from the teacher's outputs on the task's training examples (Hinton et al.,
+2015, "Distilling the knowledge in a neural network"):
+
+    loss = alpha * T^2 * KL(softmax(t / T) || softmax(s / T)) + (1 - alpha) * CE(s, label)
+
+with s the student's and t the teacher's logits. T > 1 softens both distributions so the student
+also sees how the teacher ranks the wrong classes; the T^2 factor keeps the soft term's gradients
+on the scale of the hard term's whatever T is (they shrink as 1/T^2 otherwise). Regression has no
+distribution to soften: its soft term is the squared distance to the teacher's output (T plays no
+part), its hard term the squared distance to the label. Multi-label classification uses the KL of
+each label's Bernoulli at temperature T, averaged over the labels like its BCE hard term.
+
+Everything but the objective is fine-tuning's (train/finetune.py): the same data reading,
+features, recipe defaults, shared training loop, best-dev checkpoint and output directory, so the
+output loads in `albertlm evaluate` / `predict` and in transformers' class of the same name. The
+soft term is averaged over all training features, the hard term over the labelled ones: optional
+unlabelled in-domain text (one text, or `text_a<TAB>text_b`, per line) adds examples that only
+the teacher labels. With alpha = 0 and no unlabelled text the run is plain fine-tuning.
+
+The teacher runs once per input: its logits are cached in the output directory
+(`teacher_logits.safetensors`, rows in feature order) under a fingerprint of the teacher's files,
+every feature's pieces and the input settings. A changed teacher, data file or max length computes
+them anew; a rerun of a stopped run (same inputs) reads them back. The student itself restarts
+from step 0 (fine-tuning keeps no training checkpoints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from albertlm.config import PRESETS, AlbertConfig, get_preset
+from albertlm.distributed import resolve_device
+from albertlm.errors import AlbertlmError
+from albertlm.heads import HEADS
+from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
+from albertlm.tasks.registry import TaskSpec, get_task
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_out_dir, head_config, load_head, load_tokenizer,
+                                     prepare_task, run_features, start_outputs, train_task)
+from albertlm.train.inference import _labels as config_labels  # a fine-tuned directory's class names
+from albertlm.train.inference import load_finetuned
+from albertlm.train.loop import CountFn, LossFn
+from albertlm.utils import atomic_path, check_field_types
+
+TEACHER_CACHE = "teacher_logits.safetensors"
+"""The teacher's cached logits inside the output directory."""
+CACHE_VERSION = "1"
+"""Part of every fingerprint: bump it when the cached rows change meaning."""
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+"""Batch entries the student's forward pass takes (the rest are targets)."""
+TEACHER_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+"""Files of a fine-tuned directory whose bytes decide the teacher's outputs."""
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """What distillation adds to a fine-tuning recipe."""
+
+    temperature: float = 2.0
+    """T: both logit vectors are divided by T before the softmax (classification only)."""
+    alpha: float = 0.5
+    """Weight of the soft (teacher) term; 1 - alpha weighs the hard-label term."""
+    unlabelled: str | None = None
+    """In-domain text file, one example per line (text, or text_a<TAB>text_b): soft targets only."""
+    student_layers: int | None = None
+    """Preset students: override the preset's number of layers L."""
+    student_hidden: int | None = None
+    """Preset students: override the preset's width H (the FFN keeps its ratio to H, the heads their number)."""
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if not self.temperature > 0:
+            raise AlbertlmError(f"temperature must be positive, got {self.temperature}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise AlbertlmError(f"alpha must lie in [0, 1], got {self.alpha}")
+        for name in ("student_layers", "student_hidden"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+# ---------------------------------------------------------------------------- the objective
+def _softmax_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)) per row: [B, C] x 2 -> [B]."""
+    kl = F.kl_div(F.log_softmax(student / temperature, -1), F.log_softmax(teacher / temperature, -1),
+                  reduction="none", log_target=True)
+    return kl.sum(-1) * temperature ** 2
+
+
+def _bernoulli_kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 * the mean over labels of KL(Bernoulli(sigmoid(t / T)) || Bernoulli(sigmoid(s / T))): [B, C] -> [B]."""
+    s, t = student / temperature, teacher / temperature
+    p = torch.sigmoid(t)
+    kl = p * (F.logsigmoid(t) - F.logsigmoid(s)) + (1 - p) * (F.logsigmoid(-t) - F.logsigmoid(-s))
+    return kl.mean(-1) * temperature ** 2
+
+
+def _squared_error(student: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """(student - target)^2 per row, summed over outputs: [B, 1] or [B] -> [B]; no temperature."""
+    return (student.reshape(len(student), -1) - target.reshape(len(student), -1)).pow(2).sum(-1)
+
+
+SOFT_TERMS = {"single_label_classification": _softmax_kl, "multi_label_classification": _bernoulli_kl,
+              "regression": _squared_error}
+"""Problem type -> (student logits, teacher logits, T) -> per-example soft loss [B]."""
+
+HARD_TERMS = {
+    "single_label_classification": lambda s, y: F.cross_entropy(s, y, reduction="none"),
+    "multi_label_classification": lambda s, y: F.binary_cross_entropy_with_logits(s, y, reduction="none").mean(-1),
+    "regression": _squared_error,
+}
+"""Problem type -> (student logits, labels) -> per-example loss [B], each the per-example form of the
+head's own loss (heads.AlbertForSequenceClassification), so alpha = 0 is plain fine-tuning."""
+
+
+def distill_objective(problem_type: str, temperature: float, alpha: float) -> tuple[LossFn, CountFn]:
+    """The loop's (loss_fn, count_fn) for distillation.
+
+    A batch holds the model inputs, `labels`, `teacher_logits` [B, C] and `hard_weight` [B]
+    (1: labelled, 0: unlabelled text). The soft term is averaged over every example of the step,
+    the hard term over the labelled ones, both by global counts (train/loop.py).
+    """
+    soft_fn, hard_fn = SOFT_TERMS[problem_type], HARD_TERMS[problem_type]
+
+    def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"n": float(len(batch["input_ids"])), "n_hard": float(batch["hard_weight"].sum())}
+
+    def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits.float()  # [B, C]
+        soft = soft_fn(logits, batch["teacher_logits"].float(), temperature)  # [B]
+        hard = hard_fn(logits, batch["labels"]) * batch["hard_weight"]  # [B]; unlabelled rows weigh 0
+        loss = alpha * soft.sum() / totals["n"] + (1 - alpha) * hard.sum() / max(totals["n_hard"], 1.0)
+        return loss, {"loss_sum": float(loss.detach()) * totals["n"], "soft_sum": float(soft.detach().sum()),
+                      "hard_sum": float(hard.detach().sum())}
+
+    return loss_fn, count
+
+
+# ---------------------------------------------------------------------------- the teacher's outputs
+def _hash_file(h, path: Path) -> None:
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def teacher_fingerprint(teacher_dir: str | Path) -> str:
+    """sha256 over the teacher's config.json and weight files (what decides its outputs)."""
+    h = hashlib.sha256()
+    for name in TEACHER_FILES:
+        if (Path(teacher_dir) / name).is_file():
+            h.update(name.encode() + b"\0")
+            _hash_file(h, Path(teacher_dir) / name)
+    return h.hexdigest()
+
+
+def inputs_fingerprint(teacher: str, features: Sequence[Feature], settings: FeatureSettings) -> str:
+    """sha256 of (teacher fingerprint, input settings, every feature's pieces in order): the cache key."""
+    h = hashlib.sha256(f"v{CACHE_VERSION}\0{teacher}\0{json.dumps(dataclasses.asdict(settings), sort_keys=True)}"
+                       .encode())
+    for f in features:
+        for name in ("input_ids", "token_type_ids"):
+            array = np.ascontiguousarray(f.inputs[name], dtype=np.int64)
+            h.update(np.int64(array.size).tobytes() + array.tobytes())
+    return h.hexdigest()
+
+
+def _read_cache(path: Path, key: str, shape: tuple[int, int]) -> np.ndarray | None:
+    """The cached logits when `path` holds them for `key` with the expected shape, else None."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="numpy") as fh:
+            if (fh.metadata() or {}).get("fingerprint") != key or "logits" not in fh.keys():
+                return None
+            logits = fh.get_tensor("logits")
+    except (SafetensorError, OSError):
+        return None  # a torn or foreign file: compute again
+    if logits.shape != shape or logits.dtype != np.float32 or not np.isfinite(logits).all():
+        return None
+    return logits
+
+
+def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Feature], key: str, cache: Path,
+                   batch_size: int, device: torch.device) -> tuple[np.ndarray, bool]:
+    """The teacher's logits for every feature, from the cache when its key matches, else computed and cached.
+
+    Args:
+        teacher: the fine-tuned teacher, on `device`.
+        spec: the task (its family's outputs).
+        features: the student's training features, in order.
+        key: inputs_fingerprint of those features.
+        cache: the cache file (written atomically).
+        batch_size: features per teacher forward pass.
+        device: the torch device.
+    Returns:
+        (logits float32 [N, num_labels], whether they came from the cache).
+    """
+    shape = (len(features), teacher.config.num_labels)
+    cached = _read_cache(cache, key, shape)
+    if cached is not None:
+        return cached, True
+    from safetensors.numpy import save_file
+
+    logits = np.stack(run_features(teacher, spec, list(features), batch_size, device)["logits"]).astype(np.float32)
+    with atomic_path(cache) as tmp:
+        save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features))})
+    return logits, False
+
+
+# ---------------------------------------------------------------------------- teacher and student
+def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device):
+    """(teacher in eval mode, its config, its tokenizer, its class names) after checking it fits the task."""
+    if not Path(teacher_dir).is_dir():
+        raise AlbertlmError(f"--teacher {teacher_dir}: no such directory")
+    teacher, config, tokenizer = load_finetuned(teacher_dir, device)
+    if type(teacher).__name__ != spec.family.head:
+        raise AlbertlmError(f"--teacher {teacher_dir} holds an {type(teacher).__name__}; task {spec.name} needs "
+                            f"an {spec.family.head}")
+    problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
+    if problem != spec.problem_type:
+        raise AlbertlmError(f"--teacher {teacher_dir} was trained for {problem}; task {spec.name} is "
+                            f"{spec.problem_type}")
+    labels = config_labels(config)
+    if labels and spec.labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)):
+        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
+    return teacher, config, tokenizer, labels
+
+
+def _pieces(tokenizer) -> list[str]:
+    return tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+
+
+def student_base(student: str, teacher_config: AlbertConfig, teacher_tokenizer,
+                 settings: DistillSettings) -> tuple[AlbertConfig, Path | None]:
+    """(the student's backbone config, its directory or None for a preset started at random).
+
+    A preset takes the teacher's vocabulary size and special ids (it shares the teacher's
+    tokenizer); a directory must have the teacher's vocabulary, piece for piece.
+    """
+    overrides = settings.student_layers is not None or settings.student_hidden is not None
+    if Path(student).is_dir():
+        if overrides:
+            raise AlbertlmError(f"--student {student} is a model directory; --student-layers / --student-hidden "
+                                "only change a preset")
+        base = AlbertConfig.from_json_file(Path(student) / "config.json")
+        theirs = load_tokenizer(student)
+        if (base.vocab_size != teacher_config.vocab_size or _pieces(theirs) != _pieces(teacher_tokenizer)
+                or theirs.do_lower_case != teacher_tokenizer.do_lower_case):
+            raise AlbertlmError(f"--student {student}: its vocabulary ({base.vocab_size} rows) is not the teacher's "
+                                f"({teacher_config.vocab_size} rows, spiece.model); a student must share the "
+                                "teacher's tokenizer")
+        return base, Path(student)
+    if student not in PRESETS:
+        raise AlbertlmError(f"--student {student}: neither a model directory nor a preset "
+                            f"(one of {', '.join(PRESETS)})")
+    preset = PRESETS[student]
+    changes: dict[str, Any] = {k: getattr(teacher_config, k) for k in ("vocab_size", "pad_token_id", "bos_token_id",
+                                                                        "eos_token_id")}
+    if settings.student_layers is not None:
+        changes["num_hidden_layers"] = settings.student_layers
+    if settings.student_hidden is not None:
+        ratio = preset.intermediate_size / preset.hidden_size
+        changes.update(hidden_size=settings.student_hidden, intermediate_size=round(ratio * settings.student_hidden))
+    return get_preset(student, **changes), None
+
+
+def unlabelled_features(path: str | Path, run: TaskRun, tokenizer) -> list[Feature]:
+    """Features of the unlabelled text file: a placeholder label (weight 0) so they batch with the rest."""
+    lines = [(n, line) for n, line in numbered_lines(path) if line.strip()]
+    if not lines:
+        raise AlbertlmError(f"--unlabelled {path}: no text lines")
+    spec = run.spec
+    examples = [spec.family.parse_line(n - 1, line, tokenizer) for n, line in lines]
+    features = spec.family.featurize(spec, examples, tokenizer, run.labels, run.settings, True)
+    placeholder = np.zeros_like(run.train_f[0].inputs["labels"])
+    for f in features:
+        f.inputs["labels"] = placeholder.copy()
+    return features
+
+
+# ---------------------------------------------------------------------------- the run
+def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
+            out_dir: str | Path, recipe: FinetuneRecipe | None = None, settings: DistillSettings | None = None, *,
+            device: str | torch.device = "cpu", progress: bool = True) -> dict[str, Any]:
+    """Distil a fine-tuned teacher into a student on a sequence classification or regression task.
+
+    Args:
+        task: a task name (tasks/registry.py) or a TaskSpec; the teacher must be fine-tuned for it.
+        teacher_dir: the teacher's fine-tuned directory.
+        student: a preset name (config.PRESETS; random weights, the teacher's tokenizer) or a
+            pretrained model directory with the teacher's vocabulary.
+        data_dir: the task's data directory (train and dev files).
+        out_dir: the run's directory: the best student (a fine-tuned model directory), the
+            teacher's cached logits, metrics.jsonl, results.json.
+        recipe: fine-tuning settings (None: the task's defaults).
+        settings: temperature, alpha, unlabelled text, preset overrides.
+        device: torch device ("cpu", "cuda", "auto").
+        progress: show a progress bar.
+    Returns:
+        Fine-tuning's results plus "distillation": teacher path and fingerprint, T, alpha, the
+        unlabelled file and count, whether the teacher's logits came from the cache.
+    """
+    device = resolve_device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _distill(task, teacher_dir, student, data_dir, out_dir, recipe or FinetuneRecipe(),
+                        settings or DistillSettings(), device=device, progress=progress)
+
+
+def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
+             out_dir: str | Path, recipe: FinetuneRecipe, settings: DistillSettings, *, device: torch.device,
+             progress: bool) -> dict[str, Any]:
+    """distill()'s body, run inside a fork of torch's global generator (it seeds it)."""
+    spec = get_task(task) if isinstance(task, str) else task
+    if not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS:  # sequence classification only
+        raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification and regression "
+                            f"tasks, not the {spec.family.name} family")
+    teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device)
+    base, student_dir = student_base(student, t_config, tokenizer, settings)
+    inputs = {"--teacher": teacher_dir, "--data": data_dir, **({"--student": student_dir} if student_dir else {})}
+    out_dir = check_out_dir(out_dir, inputs)
+    positions = min(base.max_position_embeddings, t_config.max_position_embeddings)
+    if recipe.max_seq_length is not None and recipe.max_seq_length > positions:
+        raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the teacher or the student has only "
+                            f"{positions} positions")
+    run = prepare_task(spec, data_dir, recipe, tokenizer, base.replace(max_position_embeddings=positions), labels)
+    extra = unlabelled_features(settings.unlabelled, run, tokenizer) if settings.unlabelled else []
+    for f in run.train_f:
+        f.inputs["hard_weight"] = np.float32(1.0)
+    for f in extra:
+        f.inputs["hard_weight"] = np.float32(0.0)
+    run = dataclasses.replace(run, train_f=run.train_f + extra, recipe=recipe.resolve(spec, len(run.train_f) + len(extra)))
+
+    t_print = teacher_fingerprint(teacher_dir)
+    record = {"teacher": str(teacher_dir), "teacher_fingerprint": t_print, "temperature": settings.temperature,
+              "alpha": settings.alpha, "student": str(student), "student_layers": settings.student_layers,
+              "student_hidden": settings.student_hidden, "unlabelled": settings.unlabelled,
+              "unlabelled_features": len(extra)}
+    start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
+    key = inputs_fingerprint(t_print, run.train_f, run.settings)
+    logits, cached = teacher_logits(teacher, spec, run.train_f, key, out_dir / TEACHER_CACHE,
+                                    run.recipe.eval_batch_size, device)
+    del teacher  # the student trains alone
+    for f, row in zip(run.train_f, logits):
+        f.inputs["teacher_logits"] = row
+
+    torch.manual_seed(run.recipe.seed)
+    config = head_config(spec, base, run.labels, run.recipe, run.settings)
+    config = config.replace(extra={**config.extra, "albertlm_distillation": {
+        k: record[k] for k in ("teacher", "teacher_fingerprint", "temperature", "alpha")}})
+    model = load_head(spec, student_dir, config) if student_dir else HEADS[spec.family.head](config)
+    loss_fn, count_fn = distill_objective(spec.problem_type, settings.temperature, settings.alpha)
+    return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
+                      device=device, progress=progress, name="distill",
+                      record={"model_dir": str(student), "distillation": {**record, "teacher_logits_cached": cached}})

@@ -1,0 +1,302 @@
+"""Distillation (train/distill.py, `albertlm distill`) on a tiny synthetic sentiment task: the loss
+terms against hand computations, alpha = 0 against plain fine-tuning, the teacher-logit cache, a
+student that learns the teacher, the refusals, and the command end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from albertlm import AlbertConfig, AlbertForPreTraining
+from albertlm.cli import main
+from albertlm.errors import AlbertlmError
+from albertlm.tasks.registry import get_task
+from albertlm.tokenizer import Tokenizer, train_tokenizer
+from albertlm.train import distill as distill_module
+from albertlm.train.distill import DistillSettings, distill, distill_objective
+from albertlm.train.finetune import FinetuneRecipe, finetune
+from albertlm.train.inference import evaluate_dir, predict_lines
+from albertlm.train.metrics import read_metrics
+
+POS = "good great fun lovely superb".split()
+NEG = "bad awful boring dull terrible".split()
+FILL = "the movie was a film plot actor story and it very really quite so".split()
+RECIPE = dict(lr=3e-3, batch_size=16, warmup_steps=3, log_every=1, max_seq_length=32, eval_batch_size=64)
+
+
+def _sentence(r: random.Random, label: int) -> str:
+    return " ".join([*r.choices(FILL, k=3), r.choice(POS if label else NEG), *r.choices(FILL, k=2)]) + " ."
+
+
+def write_sst(d: Path, seed: int = 0, n_train: int = 240, n_dev: int = 60) -> Path:
+    """SST-2-shaped files: a sentence is positive when its one sentiment word is."""
+    r = random.Random(seed)
+    d.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = ["sentence\tlabel"] + [f"{_sentence(r, y)}\t{y}" for y in (r.randint(0, 1) for _ in range(n))]
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return d
+
+
+def write_stsb(d: Path, seed: int = 0) -> Path:
+    """STS-B-shaped files: the score counts the positive words of the first sentence."""
+    r = random.Random(seed)
+    d.mkdir(parents=True, exist_ok=True)
+    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    for split, n in (("train", 200), ("dev", 40)):
+        rows = [head]
+        for i in range(n):
+            k = r.randint(0, 3)
+            words = r.sample(POS, k) + r.choices(FILL, k=5 - k)
+            r.shuffle(words)
+            rows.append(f"{i}\tmain\tx\t2012\t{i}\tnone\tnone\t{' '.join(words)}\t{_sentence(r, 1)}\t{k * 1.5:.3f}")
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    return d
+
+
+def _pretrained(path: Path, vocab_size: int, seed: int = 0) -> Path:
+    r = random.Random(seed)
+    corpus = [" ".join(r.choices(POS + NEG + FILL + [".", "?"], k=12)) for _ in range(500)]
+    train_tokenizer(corpus, path, vocab_size=vocab_size, log=lambda msg: None)
+    config = AlbertConfig(vocab_size=Tokenizer.load(path).vocab_size, embedding_size=16, hidden_size=32,
+                          num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                          max_position_embeddings=128)
+    torch.manual_seed(seed)
+    AlbertForPreTraining(config).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, one_thread) -> dict[str, Path]:
+    """A tiny random 'pretrained' model, the task data, and a teacher fine-tuned on it (~0.9+ dev accuracy)."""
+    root = tmp_path_factory.mktemp("distill")
+    pre = _pretrained(root / "pretrained", 100)
+    data = write_sst(root / "sst")
+    results = finetune("sst-2", pre, data, root / "teacher", FinetuneRecipe(steps=100, eval_every=50, **RECIPE),
+                       progress=False)
+    assert results["best"]["accuracy"] > 0.9, results["best"]
+    return {"root": root, "pretrained": pre, "data": data, "teacher": root / "teacher"}
+
+
+class _Fixed(torch.nn.Module):
+    """A 'model' whose logits are a fixed parameter (to drive the objective by hand)."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.tensor(logits, dtype=torch.float32))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        return type("Out", (), {"logits": self.logits})()
+
+
+# ---------------------------------------------------------------------------- the objective
+def test_kl_term_equals_a_hand_computation():
+    student, teacher, T = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[2.0, 0.0, 1.0], [0.5, 0.5, 0.5]], 2.0
+
+    def softmax(z):
+        e = [math.exp(x / T) for x in z]
+        return [x / sum(e) for x in e]
+
+    by_hand = [T * T * sum(p * math.log(p / q) for p, q in zip(softmax(t), softmax(s)))
+               for s, t in zip(student, teacher)]
+    loss_fn, count = distill_objective("single_label_classification", T, alpha=1.0)
+    batch = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "labels": torch.tensor([0, 2]),
+             "teacher_logits": torch.tensor(teacher), "hard_weight": torch.ones(2)}
+    loss, metrics = loss_fn(_Fixed(student), batch, count(batch))
+    assert metrics["soft_sum"] == pytest.approx(sum(by_hand), rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(sum(by_hand) / 2, rel=1e-5)  # mean over the examples, T^2 included
+    # at T = 1 the factor is 1; the KL is zero when the student equals the teacher
+    one, _ = distill_objective("single_label_classification", 1.0, alpha=1.0)
+    assert float(one(_Fixed(teacher), batch, count(batch))[0].detach()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_hard_term_and_mixing_by_hand():
+    student, teacher = [[1.0, 2.0], [0.0, -1.0], [0.3, 0.2]], [[2.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
+    labels, weights = [1, 0, 1], [1.0, 1.0, 0.0]  # the third row is unlabelled text
+    T, alpha = 3.0, 0.25
+    ce = [math.log(sum(math.exp(x) for x in s)) - s[y] for s, y in zip(student, labels)]
+    soft = float(distill_module._softmax_kl(torch.tensor(student), torch.tensor(teacher), T).sum())
+    loss_fn, count = distill_objective("single_label_classification", T, alpha)
+    batch = {"input_ids": torch.zeros(3, 4, dtype=torch.long), "labels": torch.tensor(labels),
+             "teacher_logits": torch.tensor(teacher), "hard_weight": torch.tensor(weights)}
+    loss, _ = loss_fn(_Fixed(student), batch, count(batch))
+    assert float(loss.detach()) == pytest.approx(alpha * soft / 3 + (1 - alpha) * (ce[0] + ce[1]) / 2, rel=1e-5)
+    # regression: the soft target is the teacher's output, no temperature
+    reg, reg_count = distill_objective("regression", 5.0, alpha=0.5)
+    rb = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "labels": torch.tensor([1.0, 2.0]),
+          "teacher_logits": torch.tensor([[0.5], [3.0]]), "hard_weight": torch.ones(2)}
+    value = float(reg(_Fixed([[1.5], [2.5]]), rb, reg_count(rb))[0].detach())
+    assert value == pytest.approx(0.5 * (1.0 + 0.25) / 2 + 0.5 * (0.25 + 0.25) / 2)
+    # multi-label: Bernoulli KL per label at temperature T, averaged over labels
+    s, t = 0.4, -1.0
+    p, q = 1 / (1 + math.exp(-t / 2)), 1 / (1 + math.exp(-s / 2))
+    kl = 4 * (p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q)))
+    got = distill_module._bernoulli_kl(torch.tensor([[s, s]]), torch.tensor([[t, t]]), 2.0)
+    assert float(got[0]) == pytest.approx(kl, rel=1e-5)
+
+
+def test_alpha_zero_equals_plain_finetuning(world, tmp_path):
+    recipe = FinetuneRecipe(steps=12, eval_every=6, micro_batch_size=8, **RECIPE)
+    plain = finetune("sst-2", world["pretrained"], world["data"], tmp_path / "plain", recipe, progress=False)
+    dist = distill("sst-2", world["teacher"], str(world["pretrained"]), world["data"], tmp_path / "dist", recipe,
+                   DistillSettings(alpha=0.0), progress=False)
+    a = [r["loss"] for r in read_metrics(tmp_path / "plain" / "metrics.jsonl") if r["split"] == "train"]
+    b = [r["loss"] for r in read_metrics(tmp_path / "dist" / "metrics.jsonl") if r["split"] == "train"]
+    assert len(a) == len(b) == 12
+    assert b == pytest.approx(a, rel=1e-4)
+    assert dist["best"] == pytest.approx(plain["best"])
+
+
+# ---------------------------------------------------------------------------- the teacher's cache
+def test_teacher_logits_are_cached_and_invalidated(world, tmp_path, monkeypatch):
+    calls = []
+    real = distill_module.run_features
+
+    def counting(model, spec, features, batch_size, device):
+        calls.append(len(features))
+        return real(model, spec, features, batch_size, device)
+
+    monkeypatch.setattr(distill_module, "run_features", counting)
+    data = write_sst(tmp_path / "data", seed=3, n_train=40, n_dev=10)
+    recipe = FinetuneRecipe(steps=2, **RECIPE)
+    out = tmp_path / "out"
+    first = distill("sst-2", world["teacher"], "test", data, out, recipe, progress=False)
+    assert calls == [40] and not first["distillation"]["teacher_logits_cached"]
+    again = distill("sst-2", world["teacher"], "test", data, out, recipe, progress=False)  # a rerun reuses them
+    assert calls == [40] and again["distillation"]["teacher_logits_cached"]
+    # a changed training row, or another max length, computes them anew
+    lines = (data / "train.tsv").read_text().splitlines()
+    lines[5] = "a superb superb film .\t1"
+    (data / "train.tsv").write_text("\n".join(lines) + "\n")
+    distill("sst-2", world["teacher"], "test", data, out, recipe, progress=False)
+    assert calls == [40, 40]
+    distill("sst-2", world["teacher"], "test", data, out, FinetuneRecipe(steps=2, **{**RECIPE, "max_seq_length": 9}),
+            progress=False)
+    assert calls == [40, 40, 40]
+    # the teacher's files are part of the key
+    import shutil
+
+    changed = tmp_path / "teacher-copy"
+    shutil.copytree(world["teacher"], changed)
+    assert distill_module.teacher_fingerprint(changed) == distill_module.teacher_fingerprint(world["teacher"])
+    with open(changed / "model.safetensors", "r+b") as fh:  # one byte of the last tensor's data
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 1]))
+    assert distill_module.teacher_fingerprint(changed) != distill_module.teacher_fingerprint(world["teacher"])
+    # a torn cache file is not trusted
+    (out / distill_module.TEACHER_CACHE).write_bytes(b"not safetensors")
+    distill("sst-2", world["teacher"], "test", data, out, recipe, progress=False)
+    assert calls == [40, 40, 40, 40]
+
+
+# ---------------------------------------------------------------------------- learning
+def test_a_student_learns_to_agree_with_its_teacher(world, tmp_path):
+    """A random `test`-preset student, taught by the teacher alone (alpha = 1: no label is used)."""
+    results = distill("sst-2", world["teacher"], "test", world["data"], tmp_path / "student",
+                      FinetuneRecipe(steps=60, eval_every=30, **RECIPE), DistillSettings(alpha=1.0, temperature=2.0),
+                      progress=False)
+    dev = [line.split("\t")[0] for line in (world["data"] / "dev.tsv").read_text().splitlines()[1:]]
+    teacher = [p.split("\t")[0] for p in predict_lines(world["teacher"], dev)]
+    student = [p.split("\t")[0] for p in predict_lines(tmp_path / "student", dev)]
+    agreement = np.mean([a == b for a, b in zip(teacher, student)])
+    print(f"agreement {agreement:.3f}, student dev {results['best']}")
+    assert agreement > 0.75  # chance is about 0.5 on balanced labels
+    soft = [r["loss"] for r in read_metrics(tmp_path / "student" / "metrics.jsonl") if r["split"] == "train"]
+    assert np.mean(soft[-5:]) < 0.5 * np.mean(soft[:5])
+
+
+def test_regression_and_unlabelled_text(world, tmp_path):
+    data = write_stsb(tmp_path / "stsb")
+    finetune("sts-b", world["pretrained"], data, tmp_path / "teacher", FinetuneRecipe(steps=40, **RECIPE),
+             progress=False)
+    text = tmp_path / "extra.txt"
+    text.write_text("good great fun .\tthe movie\n\nbad dull film .\tthe plot\nsuperb .\tit\n")
+    results = distill("sts-b", tmp_path / "teacher", "test", data, tmp_path / "student",
+                      FinetuneRecipe(steps=30, **RECIPE), DistillSettings(unlabelled=str(text)), progress=False)
+    assert results["distillation"]["unlabelled_features"] == 3 and results["train_features"] == 203
+    losses = [r["loss"] for r in read_metrics(tmp_path / "student" / "metrics.jsonl") if r["split"] == "train"]
+    assert all(math.isfinite(x) for x in losses) and np.mean(losses[-5:]) < np.mean(losses[:5])
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and config["albertlm_distillation"]["alpha"] == 0.5
+    assert "pearson" in evaluate_dir(tmp_path / "student", data)["metrics"]
+
+
+# ---------------------------------------------------------------------------- refusals
+def test_refusals_are_one_line(world, tmp_path):
+    data, teacher = world["data"], world["teacher"]
+    other = _pretrained(tmp_path / "other-vocab", 90, seed=1)
+    with pytest.raises(AlbertlmError, match="not the teacher's"):
+        distill("sst-2", teacher, str(other), data, tmp_path / "o1", FinetuneRecipe(steps=1), progress=False)
+    with pytest.raises(AlbertlmError, match="no such directory"):
+        distill("sst-2", tmp_path / "missing", "test", data, tmp_path / "o2", progress=False)
+    with pytest.raises(AlbertlmError, match="not a fine-tuned model"):
+        distill("sst-2", world["pretrained"], "test", data, tmp_path / "o3", progress=False)
+    with pytest.raises(AlbertlmError, match="neither a model directory nor a preset"):
+        distill("sst-2", teacher, "albert-nano", data, tmp_path / "o4", progress=False)
+    with pytest.raises(AlbertlmError, match="sequence classification and regression"):
+        distill("squad-v1.1", teacher, "test", data, tmp_path / "o5", progress=False)
+    with pytest.raises(AlbertlmError, match="task sts-b is regression"):
+        distill("sts-b", teacher, "test", data, tmp_path / "o6", progress=False)
+    with pytest.raises(AlbertlmError, match="only change a preset"):
+        distill("sst-2", teacher, str(world["pretrained"]), data, tmp_path / "o7",
+                settings=DistillSettings(student_layers=1), progress=False)
+    with pytest.raises(AlbertlmError, match="alpha"):
+        DistillSettings(alpha=1.5)
+    with pytest.raises(AlbertlmError, match="temperature"):
+        DistillSettings(temperature=0.0)
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    with pytest.raises(AlbertlmError, match="no text lines"):
+        distill("sst-2", teacher, "test", data, tmp_path / "o8", FinetuneRecipe(steps=1, max_seq_length=32),
+                DistillSettings(unlabelled=str(tmp_path / "empty.txt")), progress=False)
+    three = write_sst(tmp_path / "three")
+    (three / "train.tsv").write_text((three / "train.tsv").read_text() + "a neutral film .\t2\n")
+    generic = get_task("classification", text_column="sentence")  # its label set comes from the data
+    with pytest.raises(AlbertlmError, match=r"labels \['2'\] that the model does not know"):
+        distill(generic, teacher, "test", three, tmp_path / "o9", FinetuneRecipe(steps=1), progress=False)
+    assert not any((tmp_path / f"o{i}").exists() for i in range(1, 10))  # refused before writing anything
+
+
+# ---------------------------------------------------------------------------- the command
+def test_cli_end_to_end(world, tmp_path, capsys):
+    tf = pytest.importorskip("transformers")
+    out = tmp_path / "student"
+    code = main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(out), "--temperature", "3", "--alpha", "0.7",
+                 "--student-layers", "2", "--steps", "8", "--batch-size", "16", "--max-seq-length", "32",
+                 "--no-progress", "--device", "cpu"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "accuracy *" in printed and "8 steps" in printed and "distilled from" in printed
+    results = json.loads((out / "results.json").read_text())
+    assert results["distillation"]["temperature"] == 3.0 and results["distillation"]["alpha"] == 0.7
+    assert len(results["distillation"]["teacher_fingerprint"]) == 64
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["albertlm_distillation"]["teacher"] == str(world["teacher"])
+    assert (out / "teacher_logits.safetensors").is_file()
+    assert main(["evaluate", "--model", str(out), "--data", str(world["data"]), "--json", "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["accuracy"] == pytest.approx(results["best"]["accuracy"])
+    theirs, info = tf.AlbertForSequenceClassification.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    # errors are one line with exit status 2
+    assert main(["distill", "--teacher", str(tmp_path / "nope"), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(tmp_path / "x")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
+                 "--data", str(world["data"]), "--out", str(world["teacher"])]) == 2
+    assert "would overwrite it" in capsys.readouterr().err
