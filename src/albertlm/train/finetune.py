@@ -29,8 +29,8 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
+from albertlm.early_exit import EXIT_HEADS, head_class, with_exit_heads
 from albertlm.errors import AlbertlmError
-from albertlm.heads import HEADS
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
@@ -97,6 +97,9 @@ class FinetuneRecipe:
     """Seed of the head's initialisation, the subset, the data order and dropout."""
     strict: bool = False
     """Raise on the first malformed data row instead of skipping and reporting it."""
+    early_exit: bool = False
+    """Train a classifier after every layer (depth-weighted loss) for patience-based early exit at inference
+    (`evaluate/predict --patience K`); sequence and token classification only."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -171,10 +174,11 @@ def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, re
 
 
 def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
-    """The task's head class from `model_dir`; a head the directory lacks starts random, silently."""
+    """The task's head class from `model_dir` (its early-exit class when `config` announces exit heads);
+    a head the directory lacks starts random, silently."""
     with warnings.catch_warnings():  # a pretrained directory has no task head: expected here
         warnings.filterwarnings("ignore", message=".*randomly initialised.*")
-        return HEADS[spec.family.head].from_pretrained(model_dir, config=config)
+        return head_class(spec.family.head, config).from_pretrained(model_dir, config=config)
 
 
 # ---------------------------------------------------------------------------- running the head
@@ -263,6 +267,9 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
         if out_dir.resolve() == Path(other).resolve():
             raise AlbertlmError(f"--out {out_dir} is the {flag} directory: fine-tuning would overwrite it; "
                                 "choose another --out")
+    if recipe.early_exit and spec.family.head not in EXIT_HEADS:
+        raise AlbertlmError(f"--early-exit: task {spec.name} uses an {spec.family.head}; early exit is implemented "
+                            f"for {' and '.join(EXIT_HEADS)}")
     base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
     if recipe.max_seq_length is not None and recipe.max_seq_length > base.max_position_embeddings:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the model at {model_dir} has only "
@@ -295,6 +302,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
 
     torch.manual_seed(r.seed)
     config = head_config(spec, base, labels, r, settings)
+    config = with_exit_heads(config, r.early_exit)  # off: drop any entry a fine-tuned base carried
     model = load_head(spec, model_dir, config).to(device).train()
     optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
     step_settings = StepSettings(precision=r.precision, clip_norm=r.clip_norm)
