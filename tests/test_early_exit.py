@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from albertlm import get_preset
-from albertlm.early_exit import (EarlyExitSequenceClassifier, EarlyExitTokenClassifier, depth_weighted_loss,
-                                 has_exit_heads)
+from albertlm.early_exit import (EarlyExitSequenceClassifier, EarlyExitTokenClassifier, PatienceExit,
+                                 depth_weighted_loss, has_exit_heads, patience_forward)
+from albertlm.errors import AlbertlmError
 from albertlm.heads import AlbertForSequenceClassification, AlbertForTokenClassification
 
 
@@ -77,3 +78,120 @@ def test_token_loss_ignores_unlabelled_positions():
     out = model(ids, mask, labels=labels)
     per_layer = [F.cross_entropy(lg.reshape(-1, 4), labels.reshape(-1), ignore_index=-100) for lg in out.layer_logits]
     torch.testing.assert_close(out.loss, depth_weighted_loss(per_layer))
+
+
+# ---------------------------------------------------------------------------- patience
+def _set_layer_outputs(model, outputs: list[list[float]]) -> None:
+    """Make layer i's classifier output `outputs[i]` for every input (zero weight, that bias)."""
+    with torch.no_grad():
+        for i, values in enumerate(outputs):
+            head = model.exit_head(i)
+            head.weight.zero_()
+            head.bias.copy_(torch.tensor(values))
+
+
+@pytest.mark.parametrize("patience, exit_layer", [(1, 3), (2, 4), (3, 6), (5, 6)])
+def test_exits_once_the_prediction_has_held_for_patience_layers(patience, exit_layer):
+    model = EarlyExitSequenceClassifier(_config(num_hidden_layers=6)).eval()
+    # predicted classes per layer: 0 1 1 1 0 0 (the logits differ, the argmax repeats)
+    outputs = [[1.0, 0.0], [0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [4.0, 0.0], [5.0, 0.0]]
+    _set_layer_outputs(model, outputs)
+    ids, mask = _batch(B=3)
+    out = patience_forward(model, ids, mask, patience=patience)
+    assert out.exit_layers.tolist() == [exit_layer] * 3
+    torch.testing.assert_close(out.logits, torch.tensor([outputs[exit_layer - 1]] * 3))
+
+
+def test_regression_counts_small_changes_as_unchanged():
+    model = EarlyExitSequenceClassifier(_config(num_hidden_layers=5, num_labels=1)).eval()
+    _set_layer_outputs(model, [[0.0], [2.0], [2.05], [2.5], [2.52]])
+    ids, mask = _batch(B=2)
+    assert patience_forward(model, ids, mask, patience=1, regression_threshold=0.1).exit_layers.tolist() == [3, 3]
+    assert patience_forward(model, ids, mask, patience=1, regression_threshold=0.01).exit_layers.tolist() == [5, 5]
+    assert patience_forward(model, ids, mask, patience=1, regression_threshold=3.0).exit_layers.tolist() == [2, 2]
+
+
+def test_multi_label_compares_the_set_of_labels():
+    model = EarlyExitSequenceClassifier(_config(num_hidden_layers=4, num_labels=3,
+                                                problem_type="multi_label_classification")).eval()
+    _set_layer_outputs(model, [[1.0, -1.0, 1.0], [2.0, -2.0, 0.5], [1.0, 1.0, 1.0], [3.0, 2.0, 1.0]])
+    ids, mask = _batch(B=2)
+    assert patience_forward(model, ids, mask, patience=1).exit_layers.tolist() == [2, 2]
+    assert patience_forward(model, ids, mask, patience=2).exit_layers.tolist() == [4, 4]
+
+
+def _random_exit_model(cls, seed: int, **changes):
+    """A 6-layer early-exit head whose classifiers are one large random matrix plus a per-layer
+    perturbation: predictions mostly hold from layer to layer, so examples exit at different layers."""
+    torch.manual_seed(seed)
+    model = cls(_config(num_hidden_layers=6, **changes)).eval()
+    shared = torch.randn_like(model.classifier.weight)
+    with torch.no_grad():
+        for i in range(6):
+            model.exit_head(i).weight.copy_(shared + 0.3 * torch.randn_like(shared))
+    return model
+
+
+def _reference_exits(model, ids, mask, patience):
+    """The exit rule applied to a full-depth forward's per-layer logits, one example at a time."""
+    layer_logits = model(ids, mask).layer_logits  # [L, B, ...]
+    L = layer_logits.shape[0]
+    layers, logits = [], []
+    for b in range(ids.shape[0]):
+        real = mask[b].bool()
+        preds = [lg[b][real].argmax(-1) if model.per_position else lg[b].argmax(-1) for lg in layer_logits]
+        streak, exit_at = 0, L - 1
+        for i in range(1, L):
+            streak = streak + 1 if torch.equal(preds[i], preds[i - 1]) else 0
+            if streak >= patience:
+                exit_at = i
+                break
+        layers.append(exit_at + 1)
+        logits.append(layer_logits[exit_at, b])
+    return layers, logits
+
+
+@pytest.mark.parametrize("cls", [EarlyExitSequenceClassifier, EarlyExitTokenClassifier])
+@pytest.mark.parametrize("patience", [1, 2])
+def test_batched_equals_the_rule_and_one_example_at_a_time(cls, patience):
+    """Per example (token classification: per sentence, over its real tokens only), the batched run
+    exits where the rule applied to a full-depth forward says, with that layer's logits, and so does
+    the example run alone at batch 1 without padding."""
+    model = _random_exit_model(cls, seed=patience, num_labels=3)
+    ids, mask = _batch(B=12, S=14, seed=patience)
+    out = patience_forward(model, ids, mask, patience=patience)
+    layers, logits = _reference_exits(model, ids, mask, patience)
+    assert out.exit_layers.tolist() == layers
+    assert len(set(layers)) >= 2, "the test needs examples that exit at different layers"
+    for b in range(ids.shape[0]):
+        n = int(mask[b].sum())
+        alone = patience_forward(model, ids[b:b + 1, :n], mask[b:b + 1, :n], patience=patience)
+        assert alone.exit_layers.item() == layers[b]
+        if model.per_position:  # real tokens only; padded columns are cut or zero
+            torch.testing.assert_close(out.logits[b, :n], logits[b][:n], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(alone.logits[0], logits[b][:n], atol=1e-5, rtol=1e-4)
+        else:
+            torch.testing.assert_close(out.logits[b], logits[b], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(alone.logits[0], logits[b], atol=1e-5, rtol=1e-4)
+
+
+def test_patience_of_all_layers_is_the_plain_model():
+    model = _random_exit_model(EarlyExitSequenceClassifier, seed=3)
+    plain = AlbertForSequenceClassification(_config(num_hidden_layers=6)).eval()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("exits.")})
+    ids, mask = _batch(B=6)
+    for patience in (6, 9):
+        out = patience_forward(model, ids, mask, patience=patience)
+        assert out.exit_layers.tolist() == [6] * 6
+        torch.testing.assert_close(out.logits, plain(ids, mask).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_patience_refusals():
+    model = EarlyExitSequenceClassifier(_config())
+    ids, mask = _batch(B=2)
+    with pytest.raises(AlbertlmError, match="training mode"):
+        patience_forward(model.train(), ids, mask, patience=1)
+    with pytest.raises(AlbertlmError, match="positive integer"):
+        patience_forward(model.eval(), ids, mask, patience=0)
+    with pytest.raises(AlbertlmError, match="no exit heads"):
+        PatienceExit(AlbertForSequenceClassification(_config()), patience=1)
