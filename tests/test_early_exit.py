@@ -3,15 +3,19 @@ saved directory (ours and transformers'), and the CLI end to end on the `test` p
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from albertlm import get_preset
-from albertlm.early_exit import (EarlyExitSequenceClassifier, EarlyExitTokenClassifier, PatienceExit,
-                                 depth_weighted_loss, has_exit_heads, patience_forward)
+from albertlm.early_exit import (CONFIG_KEY, EXIT_HEADS_NAME, EarlyExitSequenceClassifier, EarlyExitTokenClassifier,
+                                 PatienceExit, depth_weighted_loss, has_exit_heads, head_class, patience_forward)
 from albertlm.errors import AlbertlmError
 from albertlm.heads import AlbertForSequenceClassification, AlbertForTokenClassification
+from albertlm.train.inference import load_finetuned, read_architecture
 
 
 def _config(**changes):
@@ -195,3 +199,57 @@ def test_patience_refusals():
         patience_forward(model.eval(), ids, mask, patience=0)
     with pytest.raises(AlbertlmError, match="no exit heads"):
         PatienceExit(AlbertForSequenceClassification(_config()), patience=1)
+
+
+# ---------------------------------------------------------------------------- the directory
+def test_save_then_load_restores_the_exit_heads(tmp_path):
+    model = _random_exit_model(EarlyExitSequenceClassifier, seed=4, num_labels=3)
+    model.save_pretrained(tmp_path)
+    assert sorted(load_file(str(tmp_path / EXIT_HEADS_NAME))) == sorted(
+        f"exits.{i}.{p}" for i in range(5) for p in ("weight", "bias"))
+    assert not any(k.startswith("exits.") for k in load_file(str(tmp_path / "model.safetensors")))
+    assert json.loads((tmp_path / "config.json").read_text())[CONFIG_KEY] == {"file": EXIT_HEADS_NAME, "heads": 5}
+    arch, config = read_architecture(tmp_path)
+    assert head_class(arch, config) is EarlyExitSequenceClassifier
+    loaded = EarlyExitSequenceClassifier.from_pretrained(tmp_path)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    ids, mask = _batch()
+    a, b = (patience_forward(m, ids, mask, patience=1) for m in (model, loaded))
+    assert torch.equal(a.exit_layers, b.exit_layers) and torch.equal(a.logits, b.logits)
+
+
+def test_a_plain_directory_builds_the_plain_head(tmp_path):
+    AlbertForSequenceClassification(_config()).save_pretrained(tmp_path)
+    arch, config = read_architecture(tmp_path)
+    assert not has_exit_heads(config) and head_class(arch, config) is AlbertForSequenceClassification
+
+
+def test_missing_or_misshapen_exit_heads_are_one_line(tmp_path):
+    EarlyExitSequenceClassifier(_config()).save_pretrained(tmp_path)
+    save_file({"exits.0.weight": torch.zeros(2, 32), "exits.0.bias": torch.zeros(2),
+               "exits.1.weight": torch.zeros(3, 32), "exits.1.bias": torch.zeros(2)}, str(tmp_path / EXIT_HEADS_NAME))
+    with pytest.raises(AlbertlmError, match=r"exit_heads.safetensors: exits.1.weight has shape \[3, 32\]"):
+        EarlyExitSequenceClassifier.from_pretrained(tmp_path)
+    save_file({"exits.0.weight": torch.zeros(2, 32), "exits.0.bias": torch.zeros(2)}, str(tmp_path / EXIT_HEADS_NAME))
+    with pytest.raises(AlbertlmError, match="missing exits.1.bias"):
+        EarlyExitSequenceClassifier.from_pretrained(tmp_path)
+    (tmp_path / EXIT_HEADS_NAME).unlink()
+    with pytest.raises(AlbertlmError, match="announces exit heads .* exit_heads.safetensors is missing"):
+        load_finetuned(tmp_path)
+
+
+@pytest.mark.parametrize("cls", [EarlyExitSequenceClassifier, EarlyExitTokenClassifier])
+def test_the_directory_loads_in_transformers_with_the_final_logits(cls, tmp_path):
+    tf = pytest.importorskip("transformers")
+    model = _random_exit_model(cls, seed=5, num_labels=3)
+    model.save_pretrained(tmp_path)
+    hf_cls = getattr(tf, cls.__mro__[2].__name__)  # the plain head of the same name
+    hf, info = hf_cls.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ids, mask = _batch()
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=ids, attention_mask=mask).logits
+        ours = model(ids, mask).logits
+    real = mask.bool() if model.per_position else slice(None)
+    assert (theirs[real] - ours[real]).abs().max().item() < 1e-5

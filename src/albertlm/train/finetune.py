@@ -188,12 +188,15 @@ def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, 
 
 @torch.no_grad()
 def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batch_size: int,
-                 device: torch.device) -> dict[str, list[np.ndarray]]:
+                 device: torch.device, per_feature: tuple[str, ...] = ()) -> dict[str, list[np.ndarray]]:
     """The head's outputs for every feature, in feature order.
 
+    Args:
+        per_feature: further output fields with one value per feature, kept whole (e.g. the
+            `exit_layers` of early exit).
     Returns:
         {output name: one float32 array per feature} ([num_labels], [C], or [S_feature, ...] for
-        per-position outputs, trimmed to the feature's own length).
+        per-position outputs, trimmed to the feature's own length); `per_feature` fields as they come.
     """
     was_training = model.training
     model.eval()
@@ -208,6 +211,10 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
             values = getattr(result, name).float().cpu().numpy()
             for row, i in zip(values, idx):
                 out[name][i] = row[:len(features[i])] if spec.family.per_position else row
+        for name in per_feature:
+            values = getattr(result, name).cpu().numpy()
+            for row, i in zip(values, idx):
+                out.setdefault(name, [None] * len(features))[i] = row
     model.train(was_training)
     return out
 
@@ -216,6 +223,12 @@ def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Featu
           settings: FeatureSettings, batch_size: int, device: torch.device) -> tuple[dict[str, float], list]:
     """(metrics, predictions) of the model on some examples; metrics are empty for unlabelled examples."""
     outputs = run_features(model, spec, features, batch_size, device)
+    return score_outputs(spec, examples, features, outputs, labels, settings)
+
+
+def score_outputs(spec: TaskSpec, examples: list, features: list[Feature], outputs: dict[str, list[np.ndarray]],
+                  labels: list[str] | None, settings: FeatureSettings) -> tuple[dict[str, float], list]:
+    """(metrics, predictions) from the head's outputs (`run_features`)."""
     predictions = spec.family.predict(spec, examples, features, outputs, labels, settings)
     labelled = all(getattr(e, "label", getattr(e, "tags", True)) is not None for e in examples)
     return (spec.metric(examples, predictions) if labelled else {}), predictions
