@@ -253,3 +253,99 @@ def test_the_directory_loads_in_transformers_with_the_final_logits(cls, tmp_path
         ours = model(ids, mask).logits
     real = mask.bool() if model.per_position else slice(None)
     assert (theirs[real] - ours[real]).abs().max().item() < 1e-5
+
+
+# ---------------------------------------------------------------------------- the command line
+@pytest.fixture(scope="module")
+def sst_dirs(tmp_path_factory):
+    """A random 4-layer tiny ALBERT with a vocabulary trained here, and an SST-2-shaped task whose label
+    is a sentiment word in the sentence."""
+    import random
+
+    from albertlm import AlbertForPreTraining
+    from albertlm.tokenizer import Tokenizer, train_tokenizer
+
+    root = tmp_path_factory.mktemp("early-exit")
+    r = random.Random(0)
+    pos, neg = "good great fun lovely".split(), "bad awful boring dull".split()
+    fill = "the movie was a film plot and it very really quite so".split()
+    data = root / "sst"
+    data.mkdir()
+    for split, n in (("train", 200), ("dev", 40)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = r.randint(0, 1)
+            rows.append(" ".join([*r.choices(fill, k=r.randint(1, 6)), r.choice(pos if y else neg), "."]) + f"\t{y}")
+        (data / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    model = root / "pretrained"
+    corpus = [" ".join(r.choices(pos + neg + fill, k=10)) for _ in range(300)]
+    train_tokenizer(corpus, model, vocab_size=60, log=lambda msg: None)
+    torch.manual_seed(0)
+    config = _config(vocab_size=Tokenizer.load(model).vocab_size, num_hidden_layers=4)
+    AlbertForPreTraining(config).save_pretrained(model)
+    return model, data, root
+
+
+def test_cli_finetune_early_exit_then_evaluate_and_predict_with_patience(sst_dirs, capsys):
+    from albertlm.cli import main
+
+    model, data, root = sst_dirs
+    out = root / "ft"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main(["finetune", "--task", "sst-2", "--model", str(model), "--data", str(data), "--out", str(out),
+                     "--early-exit", "--steps", "40", "--batch-size", "16", "--lr", "2e-3", "--max-seq-length", "16",
+                     "--eval-every", "40", "--no-progress"]) == 0
+        assert (out / EXIT_HEADS_NAME).is_file()
+        capsys.readouterr()
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--patience", "2", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        e = result["early_exit"]
+        assert e["patience"] == 2 and e["layers"] == 4 and sum(e["exits_per_layer"]) == 40
+        assert 3.0 <= e["average_layers"] <= 4.0  # patience 2 runs at least 3 of the 4 layers
+        assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
+        # patience 3 of 4 layers can only exit at the last: the full-depth metrics
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--patience", "3", "--json"]) == 0
+        deep = json.loads(capsys.readouterr().out)
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--json"]) == 0
+        full = json.loads(capsys.readouterr().out)
+        assert deep["early_exit"]["average_layers"] == 4.0 and deep["metrics"] == full["metrics"]
+        assert "early_exit" not in full
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--patience", "1"]) == 0
+        assert "layers run on average" in capsys.readouterr().out
+        lines = root / "lines.txt"
+        lines.write_text("a good film .\n\nit was awful\n")
+        assert main(["predict", "--model", str(out), str(lines), "--patience", "1"]) == 0
+        captured = capsys.readouterr()
+        assert len(captured.out.splitlines()) == 3 and captured.out.splitlines()[1] == ""
+        assert "layers run on average over 2 inputs" in captured.err
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_cli_patience_refusals_are_one_line(sst_dirs, tmp_path, capsys):
+    from albertlm.cli import main
+
+    model, data, root = sst_dirs
+    out = root / "ft"
+    if not (out / EXIT_HEADS_NAME).is_file():
+        pytest.skip("needs the fine-tuned directory of the test above")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for f in out.iterdir():
+        if f.is_file() and f.name != EXIT_HEADS_NAME:
+            (plain / f.name).write_bytes(f.read_bytes())
+    config = json.loads((plain / "config.json").read_text())
+    del config[CONFIG_KEY]
+    (plain / "config.json").write_text(json.dumps(config))
+    for argv, message in (
+            (["evaluate", "--model", str(plain), "--data", str(data), "--patience", "2"], "has no exit heads"),
+            (["predict", "--model", str(plain), "--patience", "2", str(data / "dev.tsv")], "has no exit heads"),
+            (["evaluate", "--model", str(out), "--data", str(data), "--patience", "0"], "must be a positive integer"),
+            (["finetune", "--task", "squad-v1.1", "--model", str(model), "--data", str(data), "--early-exit",
+              "--out", str(tmp_path / "qa")], "early exit is implemented for")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert main(["evaluate", "--model", str(plain), "--data", str(data), "--json"]) == 0  # plain still works
