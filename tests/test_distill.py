@@ -251,6 +251,9 @@ def test_refusals_are_one_line(world, tmp_path):
         distill("sst-2", teacher, "albert-nano", data, tmp_path / "o4", progress=False)
     with pytest.raises(AlbertlmError, match="sequence classification and regression"):
         distill("squad-v1.1", teacher, "test", data, tmp_path / "o5", progress=False)
+    with pytest.raises(AlbertlmError, match="--early-exit"):  # refused, not silently ignored
+        distill("sst-2", teacher, "test", data, tmp_path / "o5b", FinetuneRecipe(steps=1, early_exit=True),
+                progress=False)
     with pytest.raises(AlbertlmError, match="task sts-b is regression"):
         distill("sts-b", teacher, "test", data, tmp_path / "o6", progress=False)
     with pytest.raises(AlbertlmError, match="only change a preset"):

@@ -85,6 +85,32 @@ def resolve_problem_type(config: AlbertConfig, labels: torch.Tensor | None = Non
     return "multi_label_classification"
 
 
+def sequence_loss(config: AlbertConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean loss of a sequence classifier by problem type: CE, MSE (regression) or BCE (multi-label).
+
+    Args:
+        config: gives num_labels and problem_type (`resolve_problem_type`).
+        logits: [B, num_labels].
+        labels: int [B] (single-label), float [B] (regression) or float [B, num_labels] (multi-label).
+    Returns:
+        A scalar, computed in fp32.
+    """
+    kind = resolve_problem_type(config, labels)
+    if kind == "regression":
+        # transformers squeezes both sides when there is one output: [B, 1] vs [B]
+        pred = logits.squeeze(-1) if config.num_labels == 1 else logits
+        return F.mse_loss(pred.float(), labels.reshape(pred.shape).float())
+    if kind == "single_label_classification":
+        return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+def token_loss(config: AlbertConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of a token classifier, logits [B, S, num_labels] against labels [B, S]
+    (-100 where nothing is scored)."""
+    return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
+
+
 # ---------------------------------------------------------------------------- sentence-level heads
 class AlbertForSequenceClassification(PreTrainedAlbert):
     """Classification or regression from the pooled [CLS] vector (GLUE-style tasks)."""
@@ -112,17 +138,7 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
         """
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         logits = self.classifier(self.dropout(out.pooler_output))  # [B, num_labels]
-        loss = None
-        if labels is not None:
-            kind = resolve_problem_type(self.config, labels)
-            if kind == "regression":
-                # transformers squeezes both sides when there is one output: [B, 1] vs [B]
-                pred = logits.squeeze(-1) if self.config.num_labels == 1 else logits
-                loss = F.mse_loss(pred.float(), labels.reshape(pred.shape).float())
-            elif kind == "single_label_classification":
-                loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1))
-            else:
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        loss = sequence_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
@@ -188,10 +204,7 @@ class AlbertForTokenClassification(PreTrainedAlbert):
         """
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # [B, S, num_labels]
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().view(-1, self.config.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE_INDEX)
+        loss = token_loss(self.config, logits, labels) if labels is not None else None
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 

@@ -163,11 +163,20 @@ class Encoder(nn.Module):
         """h [B, S, H] (or packed [T, H], mask = lengths; see SelfAttention) -> (h of the same shape,
         (input, output of every application) if asked)."""
         states = [h] if output_hidden_states else None
-        for a, f in self.schedule:
-            h = self.ffn[f](self.attention[a](h, mask))
+        for i in range(len(self.schedule)):
+            h = self.layer(i, h, mask)
             if states is not None:
                 states.append(h)
         return h, (tuple(states) if states is not None else None)
+
+    def layer(self, i: int, h: torch.Tensor, mask: torch.Tensor | list[int] | None) -> torch.Tensor:
+        """Layer application i alone: h [B, S, H] (or packed [T, H]) -> the same shape.
+
+        `forward` is these applications in order; a caller that looks at every layer's output
+        before running the next (early exit) steps through them one at a time.
+        """
+        a, f = self.schedule[i]
+        return self.ffn[f](self.attention[a](h, mask))
 
 
 def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -344,8 +353,17 @@ class AlbertModel(PreTrainedAlbert):
         else:
             h = self.project(x)  # [B, S, H]
             h, states = self.encoder(h, mask, output_hidden_states)
-        pooled = torch.tanh(self.pooler(h[:, 0])) if self.pooler is not None else None  # [B, H]
+        pooled = self.pool(h) if self.pooler is not None else None  # [B, H]
         return AlbertModelOutput(last_hidden_state=h, pooler_output=pooled, hidden_states=states)
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's input: embeddings then the E→H projection, input_ids [B, S] -> [B, S, H]."""
+        return self.project(self.embeddings(input_ids, token_type_ids, position_ids))
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """The pooler on a layer's output: tanh(Linear(h[:, 0])), h [B, S, H] -> [B, H]."""
+        return torch.tanh(self.pooler(h[:, 0]))
 
 
 def repad(packed: torch.Tensor, index: torch.Tensor, B: int, S: int) -> torch.Tensor:

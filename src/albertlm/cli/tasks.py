@@ -73,6 +73,18 @@ def evaluate_args(p: argparse.ArgumentParser) -> None:
                    "(default: what the model was fine-tuned with; 30, or 64 for a Chinese vocabulary)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _early_exit_args(p)
+
+
+def _early_exit_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD
+
+    g = p.add_argument_group("early exit (a model fine-tuned with --early-exit)")
+    g.add_argument("--patience", type=int, default=None, metavar="K", help="stop each input once its prediction "
+                   "has not changed for K consecutive layers, and report the layers run (default: all layers)")
+    g.add_argument("--regression-threshold", type=float, default=DEFAULT_REGRESSION_THRESHOLD, metavar="T",
+                   help="with --patience, a regression output moving less than T counts as unchanged "
+                   f"(default: {DEFAULT_REGRESSION_THRESHOLD})")
 
 
 def evaluate_run(args: argparse.Namespace) -> int:
@@ -84,7 +96,8 @@ def evaluate_run(args: argparse.Namespace) -> int:
     _one_line_warnings()
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
                           max_examples=args.max_examples, predictions=args.predictions, device=args.device,
-                          max_answer_length=args.max_answer_length)
+                          max_answer_length=args.max_answer_length, patience=args.patience,
+                          regression_threshold=args.regression_threshold)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -96,6 +109,10 @@ def evaluate_run(args: argparse.Namespace) -> int:
             print(f"  {name:<18}{value:>10.4f}")
         else:
             print(f"  {name:<18}{100 * value:>10.2f}")
+    if "early_exit" in result:
+        e = result["early_exit"]
+        print(f"  early exit: patience {e['patience']}, {e['average_layers']:.2f} of {e['layers']} layers run on "
+              f"average ({e['speedup']:.2f}x fewer)")
     return 0
 
 
@@ -108,6 +125,7 @@ def predict_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
                    "(faster for small batches of base and larger models; docs/benchmarks.md)")
+    _early_exit_args(p)
 
 
 def predict_run(args: argparse.Namespace) -> int:
@@ -128,9 +146,15 @@ def predict_run(args: argparse.Namespace) -> int:
             raise AlbertlmError(f"{name}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
+    exit_layers: list = []
     for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
-                             prepack=args.prepack):
+                             prepack=args.prepack, patience=args.patience,
+                             regression_threshold=args.regression_threshold, exit_layers=exit_layers):
         print(out)
+    run = [n for n in exit_layers if n is not None]
+    if args.patience is not None and run:
+        print(f"early exit: patience {args.patience}, {sum(run) / len(run):.2f} layers run on average "
+              f"over {len(run)} inputs", file=sys.stderr)
     return 0
 
 

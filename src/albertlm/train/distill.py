@@ -327,6 +327,9 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     if not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS:  # sequence classification only
         raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification and regression "
                             f"tasks, not the {spec.family.name} family")
+    if recipe.early_exit:  # the student's loss is the distillation loss of its last layer only
+        raise AlbertlmError("--early-exit: distillation trains the final classifier only; fine-tune the distilled "
+                            "student with `albertlm finetune --early-exit` to add exit heads")
     teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device)
     base, student_dir = student_base(student, t_config, tokenizer, settings)
     inputs = {"--teacher": teacher_dir, "--data": data_dir, **({"--student": student_dir} if student_dir else {})}

@@ -29,8 +29,8 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
+from albertlm.early_exit import EXIT_HEADS, head_class, with_exit_heads
 from albertlm.errors import AlbertlmError
-from albertlm.heads import HEADS
 from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
@@ -98,6 +98,9 @@ class FinetuneRecipe:
     """Seed of the head's initialisation, the subset, the data order and dropout."""
     strict: bool = False
     """Raise on the first malformed data row instead of skipping and reporting it."""
+    early_exit: bool = False
+    """Train a classifier after every layer (depth-weighted loss) for patience-based early exit at inference
+    (`evaluate/predict --patience K`); sequence and token classification only."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -168,10 +171,11 @@ def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, re
 
 
 def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
-    """The task's head class from `model_dir`; a head the directory lacks starts random, silently."""
+    """The task's head class from `model_dir` (its early-exit class when `config` announces exit heads);
+    a head the directory lacks starts random, silently."""
     with warnings.catch_warnings():  # a pretrained directory has no task head: expected here
         warnings.filterwarnings("ignore", message=".*randomly initialised.*")
-        return HEADS[spec.family.head].from_pretrained(model_dir, config=config)
+        return head_class(spec.family.head, config).from_pretrained(model_dir, config=config)
 
 
 # ---------------------------------------------------------------------------- running the head
@@ -181,12 +185,15 @@ def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, 
 
 @torch.no_grad()
 def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batch_size: int,
-                 device: torch.device) -> dict[str, list[np.ndarray]]:
+                 device: torch.device, per_feature: tuple[str, ...] = ()) -> dict[str, list[np.ndarray]]:
     """The head's outputs for every feature, in feature order.
 
+    Args:
+        per_feature: further output fields with one value per feature, kept whole (e.g. the
+            `exit_layers` of early exit).
     Returns:
         {output name: one float32 array per feature} ([num_labels], [C], or [S_feature, ...] for
-        per-position outputs, trimmed to the feature's own length).
+        per-position outputs, trimmed to the feature's own length); `per_feature` fields as they come.
     """
     was_training = model.training
     model.eval()
@@ -201,6 +208,10 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
             values = getattr(result, name).float().cpu().numpy()
             for row, i in zip(values, idx):
                 out[name][i] = row[:len(features[i])] if spec.family.per_position else row
+        for name in per_feature:
+            values = getattr(result, name).cpu().numpy()
+            for row, i in zip(values, idx):
+                out.setdefault(name, [None] * len(features))[i] = row
     model.train(was_training)
     return out
 
@@ -209,6 +220,12 @@ def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Featu
           settings: FeatureSettings, batch_size: int, device: torch.device) -> tuple[dict[str, float], list]:
     """(metrics, predictions) of the model on some examples; metrics are empty for unlabelled examples."""
     outputs = run_features(model, spec, features, batch_size, device)
+    return score_outputs(spec, examples, features, outputs, labels, settings)
+
+
+def score_outputs(spec: TaskSpec, examples: list, features: list[Feature], outputs: dict[str, list[np.ndarray]],
+                  labels: list[str] | None, settings: FeatureSettings) -> tuple[dict[str, float], list]:
+    """(metrics, predictions) from the head's outputs (`run_features`)."""
     predictions = spec.family.predict(spec, examples, features, outputs, labels, settings)
     labelled = all(getattr(e, "label", getattr(e, "tags", True)) is not None for e in examples)
     return (spec.metric(examples, predictions) if labelled else {}), predictions
@@ -254,6 +271,9 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     spec = get_task(task) if isinstance(task, str) else task
     recipe = recipe or FinetuneRecipe()
     out_dir = check_out_dir(out_dir, {"--model": model_dir, "--data": data_dir})
+    if recipe.early_exit and spec.family.head not in EXIT_HEADS:
+        raise AlbertlmError(f"--early-exit: task {spec.name} uses an {spec.family.head}; early exit is implemented "
+                            f"for {' and '.join(EXIT_HEADS)}")
     base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
     if recipe.max_seq_length is not None and recipe.max_seq_length > base.max_position_embeddings:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the model at {model_dir} has only "
@@ -262,7 +282,9 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     run = prepare_task(spec, data_dir, recipe, tokenizer, base)
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe)})
     torch.manual_seed(run.recipe.seed)
-    model = load_head(spec, model_dir, head_config(spec, base, run.labels, run.recipe, run.settings))
+    config = head_config(spec, base, run.labels, run.recipe, run.settings)
+    config = with_exit_heads(config, run.recipe.early_exit)  # off: drop any entry a fine-tuned base carried
+    model = load_head(spec, model_dir, config)
     loss_fn, count_fn = head_objective(spec)
     return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
                       device=device, progress=progress, record={"model_dir": str(model_dir)})

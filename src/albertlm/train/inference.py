@@ -24,7 +24,9 @@ from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import get_task
-from albertlm.train.finetune import load_tokenizer, run_features, score
+from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
+                                 has_exit_heads, head_class)
+from albertlm.train.finetune import load_tokenizer, run_features, score_outputs
 
 
 def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -87,14 +89,47 @@ def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
     arch, config = read_architecture(model_dir)
     if arch not in HEADS:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
-    model = HEADS[arch].from_pretrained(model_dir).to(resolve_device(device)).eval()
+    if has_exit_heads(config) and not (Path(model_dir) / EXIT_HEADS_NAME).is_file():
+        raise AlbertlmError(f"{model_dir}: config.json announces exit heads ({CONFIG_KEY}) but {EXIT_HEADS_NAME} "
+                            "is missing")
+    model = head_class(arch, config).from_pretrained(model_dir).to(resolve_device(device)).eval()
     return model, config, load_tokenizer(model_dir)
+
+
+def head_name(model: torch.nn.Module) -> str:
+    """The plain head class a model is (an early-exit head counts as the head it extends)."""
+    return next(k.__name__ for k in type(model).__mro__ if k.__name__ in HEADS)
+
+
+def patience_runner(model_dir: str | Path, model: torch.nn.Module, patience: int,
+                    regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> PatienceExit:
+    """`model` wrapped for patience-based early exit, or a one-line error when it has no exit heads."""
+    if not isinstance(model, ExitHeads):
+        raise AlbertlmError(f"{model_dir}: has no exit heads (no {CONFIG_KEY} in config.json); --patience needs a "
+                            "model fine-tuned with --early-exit")
+    return PatienceExit(model, patience, regression_threshold)
+
+
+def exit_summary(exit_layers: list, patience: int, layers: int) -> dict[str, Any]:
+    """Average layers run, the speed-up in layers over full depth, and how many inputs exited where."""
+    counts = np.bincount(np.asarray(exit_layers, dtype=np.int64), minlength=layers + 1)[1:]
+    average = float(np.mean(exit_layers))
+    return {"patience": patience, "layers": layers, "average_layers": average, "speedup": layers / average,
+            "exits_per_layer": counts.tolist()}
+
+
+def _check_patience(patience: int | None, regression_threshold: float) -> None:
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        raise AlbertlmError(f"--patience must be a positive integer, got {patience!r}")
+    if not regression_threshold >= 0:
+        raise AlbertlmError(f"--regression-threshold must not be negative, got {regression_threshold!r}")
 
 
 def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev",
                  *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
                  device: str | torch.device = "cpu", strict: bool = False,
-                 max_answer_length: int | None = None) -> dict[str, Any]:
+                 max_answer_length: int | None = None, patience: int | None = None,
+                 regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> dict[str, Any]:
     """Score a fine-tuned model on one split of a task.
 
     Args:
@@ -108,9 +143,15 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         device: torch device.
         strict: raise on the first malformed row.
         max_answer_length: QA: longest answer in pieces (default: what the model was fine-tuned with).
+        patience: early exit (a model fine-tuned with exit heads): each input stops once its prediction
+            has held for this many layers (`albertlm.early_exit`); None runs every layer.
+        regression_threshold: with `patience`, a regression output moving less than this counts as unchanged.
     Returns:
-        {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels).
+        {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels), and with
+        `patience` "early_exit": {"patience", "layers", "average_layers", "speedup", "exits_per_layer"},
+        counted per input feature.
     """
+    _check_patience(patience, regression_threshold)
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
     if max_answer_length is not None and max_answer_length < 1:
@@ -124,7 +165,8 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     if not task:
         raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
     spec = get_task(task)
-    arch = type(model).__name__
+    arch = head_name(model)
+    runner = patience_runner(model_dir, model, patience, regression_threshold) if patience is not None else model
     if spec.family.head != arch:
         raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
     labels = _labels(config) if spec.family.label_names is not None else None
@@ -135,13 +177,18 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
     features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
     device = next(model.parameters()).device
-    metrics, preds = score(model, spec, examples, features, labels, settings, batch_size, device)
+    extra = ("exit_layers",) if patience is not None else ()
+    outputs = run_features(runner, spec, features, batch_size, device, per_feature=extra)
+    metrics, preds = score_outputs(spec, examples, features, outputs, labels, settings)
     if predictions is not None:
         spec.family.write(Path(predictions), examples, preds)
     elif not metrics:
         raise AlbertlmError(f"{data_dir}: the {split} split has no labels, so there is nothing to score; "
                             "pass --predictions FILE to write predictions, or use `albertlm predict`")
-    return {"task": spec.name, "split": split, "examples": len(examples), "metrics": metrics}
+    result = {"task": spec.name, "split": split, "examples": len(examples), "metrics": metrics}
+    if patience is not None:
+        result["early_exit"] = exit_summary(outputs["exit_layers"], patience, config.num_layer_calls)
+    return result
 
 
 def check_writable(path: Path, flag: str) -> None:
@@ -159,7 +206,9 @@ def check_writable(path: Path, flag: str) -> None:
 
 
 def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
-                  batch_size: int = 64, prepack: bool = False) -> list[str]:
+                  batch_size: int = 64, prepack: bool = False, patience: int | None = None,
+                  regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD,
+                  exit_layers: list | None = None) -> list[str]:
     """Predictions of a fine-tuned model for raw input lines, one output line per input line.
 
     Input per head: sequence classification `text` or `text_a<TAB>text_b` → `label<TAB>probability`
@@ -168,36 +217,54 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     {"question", "context"} → the answer ("" for none); multiple choice JSON {"context" or
     "article", "question", "options"} → the option letter and text. A blank input line gives a
     blank output line.
+
+    With `patience` (a model fine-tuned with exit heads) each line stops once its prediction has held
+    for that many layers (`albertlm.early_exit`); pass a list as `exit_layers` to receive the layers
+    each line ran (None for blank lines; a line split into windows: its deepest window).
     """
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    _check_patience(patience, regression_threshold)
     all_lines = [line.rstrip("\r\n") for line in lines]
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
-    if not keep:
-        return [""] * len(all_lines)
-    predicted = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack)
+    layers_run: list = [None] * len(all_lines)
     out = [""] * len(all_lines)  # a blank input line gets a blank output line: outputs stay aligned
-    for i, line in zip(keep, predicted):
-        out[i] = line
+    if keep:
+        predicted, layers = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack,
+                                              patience, regression_threshold)
+        for n, (i, line) in enumerate(zip(keep, predicted)):
+            out[i] = line
+            layers_run[i] = int(layers[n]) if layers is not None else None
+    if exit_layers is not None:
+        exit_layers[:] = layers_run
     return out
 
 
 def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | torch.device, batch_size: int,
-                      prepack: bool) -> list[str]:
+                      prepack: bool, patience: int | None, regression_threshold: float) -> tuple[list[str], list | None]:
     from albertlm.tasks.registry import TaskSpec, family_of_head
 
     model, config, tokenizer = load_finetuned(model_dir, device)
-    family = family_of_head(type(model).__name__)
+    family = family_of_head(head_name(model))
     if prepack:  # CPU, fp32: oneDNN-packed weights (see prepack_for_cpu)
         model = prepack_for_cpu(model)
+    if patience is not None:
+        model = patience_runner(model_dir, model, patience, regression_threshold)
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
     spec = TaskSpec.for_prediction(family, problem)
     settings = _settings(config, chinese=tokenizer.chinese)
     labels = _labels(config)
     examples = [family.parse_line(i, line, tokenizer) for i, line in enumerate(lines)]
     features: list[Feature] = family.featurize(spec, examples, tokenizer, labels, settings, False)
-    outputs = run_features(model, spec, features, batch_size, next(model.parameters()).device)
-    return family.render(spec, examples, features, outputs, labels, settings)
+    extra = ("exit_layers",) if patience is not None else ()
+    outputs = run_features(model, spec, features, batch_size, next(model.parameters()).device, per_feature=extra)
+    rendered = family.render(spec, examples, features, outputs, labels, settings)
+    if patience is None:
+        return rendered, None
+    layers = [0] * len(examples)  # an input split into windows: the deepest window
+    for f, n in zip(features, outputs["exit_layers"]):
+        layers[f.example] = max(layers[f.example], int(n))
+    return rendered, layers
 
 
 MASKED_LM_ARCHITECTURES = ("AlbertForPreTraining", "AlbertForMaskedLM")

@@ -1,0 +1,354 @@
+"""Patience-based early exit (PABEE: Zhou et al. 2020, "BERT Loses Patience") over ALBERT's layers.
+
+ALBERT's sharing cuts parameters, not compute: every example still runs all L layer applications.
+Early exit lets easy examples stop sooner:
+
+    training    a classifier after every layer application, each on the same pooler (sequence
+                classification: tanh(Linear(h_i[CLS]))) or on every position (token classification);
+                the last one is the head's ordinary `classifier`. Loss = sum_i (i+1) L_i / sum_i (i+1),
+                so deeper classifiers, which see more, weigh more.
+    inference   run the layers one at a time (`Encoder.layer`); an example stops once its prediction
+                has not changed for `patience` consecutive layers (argmax for single-label, the set of
+                positive labels for multi-label, a change under `regression_threshold` for regression;
+                token classification: no real token's argmax changed). Its output is the exiting
+                layer's logits. Exited examples leave the batch; the rest go on, and trailing columns
+                that are padding for every remaining row are cut off.
+
+A fine-tuned directory keeps the final classifier and the pooler where transformers expects them
+(model.safetensors), so it still loads in transformers' AlbertForSequenceClassification /
+AlbertForTokenClassification; the other L - 1 classifiers live beside it in exit_heads.safetensors,
+announced by config.json's `albertlm_early_exit` entry. Only albertlm reads them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from albertlm.config import AlbertConfig
+from albertlm.errors import AlbertlmError
+from albertlm.heads import (HEADS, AlbertForSequenceClassification, AlbertForTokenClassification,
+                            resolve_problem_type, sequence_loss, token_loss)
+from albertlm.model import attention_bias
+
+EXIT_HEADS_NAME = "exit_heads.safetensors"
+"""The file beside model.safetensors holding the classifiers of every layer but the last."""
+CONFIG_KEY = "albertlm_early_exit"
+"""config.json entry announcing the exit heads: {"file": EXIT_HEADS_NAME, "heads": L - 1}."""
+
+
+def depth_weighted_loss(losses: Sequence[torch.Tensor]) -> torch.Tensor:
+    """sum_i (i+1) L_i / sum_i (i+1) over the per-layer losses L_0 .. L_{n-1} (PABEE's training loss).
+
+    Args:
+        losses: one scalar per layer application, shallowest first.
+    Returns:
+        The weighted mean, a scalar.
+    """
+    if not losses:
+        raise AlbertlmError("depth_weighted_loss: no layer losses")
+    total = sum((i + 1) * loss for i, loss in enumerate(losses))
+    return total / (len(losses) * (len(losses) + 1) / 2)
+
+
+def with_exit_heads(config: AlbertConfig, enabled: bool = True) -> AlbertConfig:
+    """`config` announcing exit heads after every layer application (config.json's CONFIG_KEY), or,
+    with `enabled` False, announcing none."""
+    extra = {k: v for k, v in config.extra.items() if k != CONFIG_KEY}
+    if enabled:
+        extra[CONFIG_KEY] = {"file": EXIT_HEADS_NAME, "heads": config.num_layer_calls - 1}
+    return config.replace(extra=extra)
+
+
+def has_exit_heads(config: AlbertConfig) -> bool:
+    """Whether a config (a fine-tuned directory's config.json) announces exit heads."""
+    return CONFIG_KEY in config.extra
+
+
+@dataclass
+class EarlyExitOutput:
+    loss: torch.Tensor | None = None
+    """Depth-weighted loss over every layer's classifier, when labels were given."""
+    logits: torch.Tensor | None = None
+    """The last layer's logits, [B, num_labels] or [B, S, num_labels]: the plain head's output."""
+    layer_logits: torch.Tensor | None = None
+    """Every layer application's logits, [L, B, num_labels] or [L, B, S, num_labels]."""
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    """As AlbertModelOutput.hidden_states, when asked."""
+
+
+class ExitHeads:
+    """What the two early-exit heads share: the extra classifiers, the forward over all layers, the
+    depth-weighted loss and the side file. Mixed in before the plain head class, whose `classifier`
+    is the last layer's, so the key table and transformers see the plain head."""
+
+    config: AlbertConfig
+    classifier: nn.Linear
+    exits: nn.ModuleList
+
+    def add_exit_heads(self) -> None:
+        """One Linear(H→num_labels) per layer application but the last, initialised like the classifier."""
+        config = with_exit_heads(self.config)
+        self.config = config
+        self.exits = nn.ModuleList(nn.Linear(config.hidden_size, config.num_labels)
+                                   for _ in range(config.num_layer_calls - 1))
+        for head in self.exits:
+            nn.init.normal_(head.weight, mean=0.0, std=config.initializer_range)
+            nn.init.zeros_(head.bias)
+
+    def exit_head(self, i: int) -> nn.Linear:
+        """The classifier after layer application i (the plain `classifier` after the last)."""
+        return self.exits[i] if i < len(self.exits) else self.classifier
+
+    def exit_logits(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Layer application i's output h [B, S, H] -> its classifier's logits."""
+        raise NotImplementedError
+
+    def layer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One layer's loss, as the plain head computes it."""
+        raise NotImplementedError
+
+    per_position: bool
+    """Logits have a sequence axis (token classification)."""
+
+    def same_prediction(self, prev: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor,
+                        threshold: float) -> torch.Tensor:
+        """Whether two consecutive layers predict the same, per row: bool [b]."""
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> EarlyExitOutput:
+        """Run every layer and every classifier (training, and full-depth scoring).
+
+        Args:
+            input_ids, attention_mask, token_type_ids, position_ids, labels: as the plain head's forward.
+            output_hidden_states: also return every layer's hidden state.
+        Returns:
+            EarlyExitOutput: `logits` are the plain head's (the last layer's), `loss` the depth-weighted one.
+        """
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states=True)
+        layer_logits = [self.exit_logits(i, h) for i, h in enumerate(out.hidden_states[1:])]
+        loss = None
+        if labels is not None:
+            loss = depth_weighted_loss([self.layer_loss(logits, labels) for logits in layer_logits])
+        return EarlyExitOutput(loss=loss, logits=layer_logits[-1], layer_logits=torch.stack(layer_logits),
+                               hidden_states=out.hidden_states if output_hidden_states else None)
+
+    # ------------------------------------------------------------------ the side file
+    def save_pretrained(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """The plain head's directory (config.json + model.safetensors, loadable by transformers) plus
+        exit_heads.safetensors with the other layers' classifiers."""
+        from safetensors.torch import save_file
+
+        from albertlm.utils import atomic_path
+
+        state = dict(self.state_dict() if state_dict is None else state_dict)
+        exits = {k: state.pop(k).detach().cpu().contiguous() for k in list(state) if k.startswith("exits.")}
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path / EXIT_HEADS_NAME) as tmp:
+            save_file(exits, str(tmp), metadata={"format": "pt"})
+        super().save_pretrained(path, state_dict=state)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs):
+        """The plain head's weights from `path`, then exit_heads.safetensors when the directory has it
+        (a pretrained directory has none: the exit heads then start random, with a warning)."""
+        model = super().from_pretrained(path, **kwargs)
+        file = Path(path) / EXIT_HEADS_NAME
+        if file.is_file():
+            load_exit_heads(model, file)
+        else:
+            warnings.warn(f"{path}: no {EXIT_HEADS_NAME}; the exit heads are left randomly initialised, "
+                          "train before trusting their outputs", stacklevel=2)
+        return model
+
+
+def load_exit_heads(model: ExitHeads, file: str | Path) -> None:
+    """Load exit_heads.safetensors into `model`, every key and shape checked against its config."""
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(file), device="cpu")
+    except Exception as exc:  # SafetensorError, OSError: name the file, keep the cause
+        raise AlbertlmError(f"{file}: cannot read safetensors ({str(exc).splitlines()[0]})") from exc
+    expected = {k: v.shape for k, v in model.exits.state_dict().items()}
+    expected = {f"exits.{k}": shape for k, shape in expected.items()}
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+        raise AlbertlmError(f"{file}: {what}; the config implies {len(model.exits)} exit heads "
+                            f"of [{model.config.num_labels}, {model.config.hidden_size}]")
+    for name, tensor in tensors.items():
+        if tensor.shape != expected[name]:
+            raise AlbertlmError(f"{file}: {name} has shape {list(tensor.shape)}, the config implies "
+                                f"{list(expected[name])}")
+    model.exits.load_state_dict({k[len("exits."):]: v for k, v in tensors.items()})
+
+
+# ---------------------------------------------------------------------------- the two heads
+class EarlyExitSequenceClassifier(ExitHeads, AlbertForSequenceClassification):
+    """AlbertForSequenceClassification with a classifier on the shared pooler after every layer."""
+
+    per_position = False
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__(config)
+        self.add_exit_heads()
+
+    def exit_logits(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """h [B, S, H] -> [B, num_labels]: the shared pooler on h[:, 0], then layer i's classifier."""
+        return self.exit_head(i)(self.dropout(self.albert.pool(h)))
+
+    def layer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return sequence_loss(self.config, logits, labels)
+
+    def same_prediction(self, prev: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor,
+                        threshold: float) -> torch.Tensor:
+        """Two layers' logits [b, C] -> bool [b]: the same class (single-label), the same set of labels
+        (multi-label: logit > 0), or outputs within `threshold` (regression)."""
+        kind = resolve_problem_type(self.config)
+        if kind == "regression":
+            return (logits - prev).abs().amax(-1) < threshold
+        if kind == "multi_label_classification":
+            return ((logits > 0) == (prev > 0)).all(-1)
+        return logits.argmax(-1) == prev.argmax(-1)
+
+
+class EarlyExitTokenClassifier(ExitHeads, AlbertForTokenClassification):
+    """AlbertForTokenClassification with a token classifier after every layer."""
+
+    per_position = True
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__(config)
+        self.add_exit_heads()
+
+    def exit_logits(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """h [B, S, H] -> [B, S, num_labels]."""
+        return self.exit_head(i)(self.dropout(h))
+
+    def layer_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return token_loss(self.config, logits, labels)
+
+    def same_prediction(self, prev: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor,
+                        threshold: float) -> torch.Tensor:
+        """Two layers' logits [b, S, C] -> bool [b]: no real token (valid [b, S]) changed its argmax."""
+        return ((logits.argmax(-1) == prev.argmax(-1)) | ~valid).all(-1)
+
+
+# ---------------------------------------------------------------------------- inference
+DEFAULT_REGRESSION_THRESHOLD = 0.1
+"""A regression output counts as unchanged when it moves by less than this between layers (STS-B's
+scores run from 0 to 5)."""
+
+
+@dataclass
+class PatienceOutput:
+    logits: torch.Tensor
+    """Each example's logits from the layer where it exited: [B, num_labels], or [B, S, num_labels]
+    with zeros at columns cut off as padding of every row still running."""
+    exit_layers: torch.Tensor
+    """long [B]: layer applications each example ran, 1 .. L."""
+
+
+@torch.no_grad()
+def patience_forward(model: ExitHeads, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                     token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None, *,
+                     patience: int, regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> PatienceOutput:
+    """Run a batch layer by layer; each example stops once its prediction has held for `patience` layers.
+
+    Example b exits after layer i (0-based) when layers i - patience .. i all predict the same (so it
+    runs at least patience + 1 layers), or after the last layer. Exited rows leave the batch; the
+    remaining ones are re-packed, and trailing columns that are padding in every remaining row are
+    cut. Each example's result equals running it alone (float rounding aside).
+
+    Args:
+        model: an early-exit head in eval mode.
+        input_ids, attention_mask, token_type_ids, position_ids: [B, S], as the plain head's forward.
+        patience: layers the prediction must stay unchanged, at least 1.
+        regression_threshold: regression outputs moving less than this count as unchanged.
+    Returns:
+        PatienceOutput with the exiting layers' logits and the layers each example ran.
+    """
+    if not isinstance(patience, int) or patience < 1:
+        raise AlbertlmError(f"patience must be a positive integer, got {patience!r}")
+    if model.training:
+        raise AlbertlmError("patience_forward: the model is in training mode (dropout on); call model.eval()")
+    B, S = input_ids.shape
+    valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    encoder = model.albert.encoder
+    L = len(encoder.schedule)
+    h = model.albert.embed(input_ids, token_type_ids, position_ids)  # [B, S, H]
+    rows = torch.arange(B, device=input_ids.device)  # which example each remaining row is
+    streak = torch.zeros(B, dtype=torch.long, device=input_ids.device)  # layers the prediction has held
+    out, layers, prev = None, torch.zeros_like(streak), None
+    for i in range(L):
+        h = encoder.layer(i, h, attention_bias(valid))
+        logits = model.exit_logits(i, h)  # [b, C] or [b, S', C]
+        if out is None:
+            out = logits.new_zeros((B, *logits.shape[1:]))
+        if prev is not None:
+            held = model.same_prediction(prev, logits, valid, regression_threshold)  # bool [b]
+            streak = torch.where(held, streak + 1, torch.zeros_like(streak))
+        done = streak >= patience if i < L - 1 else torch.ones_like(streak, dtype=torch.bool)
+        prev = logits
+        if not bool(done.any()):
+            continue
+        out[rows[done], :logits.shape[1]] = logits[done]  # [:C] for sequences, [:S'] for tokens
+        layers[rows[done]] = i + 1
+        if bool(done.all()):
+            break
+        keep = ~done
+        h, valid, rows, streak, prev = h[keep], valid[keep], rows[keep], streak[keep], prev[keep]
+        used = valid.any(0).nonzero()  # columns some remaining row uses
+        columns = int(used.max()) + 1 if len(used) else h.shape[1]
+        if columns < h.shape[1]:
+            h, valid = h[:, :columns], valid[:, :columns]  # [b, S', H], [b, S']
+            prev = prev[:, :columns] if model.per_position else prev
+    return PatienceOutput(logits=out, exit_layers=layers)
+
+
+class PatienceExit(nn.Module):
+    """An early-exit head whose forward is `patience_forward`: a drop-in for the plain head in
+    inference loops (its output has `logits` and `exit_layers`)."""
+
+    def __init__(self, model: ExitHeads, patience: int,
+                 regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD):
+        super().__init__()
+        if not isinstance(model, ExitHeads):
+            raise AlbertlmError(f"{type(model).__name__} has no exit heads; fine-tune with --early-exit")
+        if not isinstance(patience, int) or patience < 1:
+            raise AlbertlmError(f"--patience must be a positive integer, got {patience!r}")
+        self.model = model
+        self.patience = patience
+        self.regression_threshold = regression_threshold
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> PatienceOutput:
+        """As `patience_forward` with this module's settings."""
+        return patience_forward(self.model, input_ids, attention_mask, token_type_ids, position_ids,
+                                patience=self.patience, regression_threshold=self.regression_threshold)
+
+
+EXIT_HEADS: dict[str, type[nn.Module]] = {
+    "AlbertForSequenceClassification": EarlyExitSequenceClassifier,
+    "AlbertForTokenClassification": EarlyExitTokenClassifier,
+}
+"""Plain head class name -> its early-exit class."""
+
+
+def head_class(arch: str, config: AlbertConfig) -> type[nn.Module]:
+    """The class to build for head `arch` (a config.json `architectures` entry): its early-exit class
+    when the config announces exit heads, else the plain head."""
+    if has_exit_heads(config):
+        if arch not in EXIT_HEADS:
+            raise AlbertlmError(f"early exit is implemented for {' and '.join(EXIT_HEADS)}, not {arch}")
+        return EXIT_HEADS[arch]
+    return HEADS[arch]
