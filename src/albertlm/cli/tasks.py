@@ -73,6 +73,21 @@ def evaluate_args(p: argparse.ArgumentParser) -> None:
                    "(default: what the model was fine-tuned with; 30, or 64 for a Chinese vocabulary)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _int8_args(p)
+
+
+def _int8_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.inference.quantize import INT8_BACKENDS
+
+    p.add_argument("--int8", action="store_true", help="CPU only: run on a copy with dynamic int8 Linear layers "
+                   "(faster; accuracy change in docs/benchmarks.md)")
+    p.add_argument("--int8-backend", default=INT8_BACKENDS[0], choices=INT8_BACKENDS, help="int8 kernels: fbgemm "
+                   "(torch.ao, deprecated by PyTorch but fastest on x86) or torchao (maintained; pip install "
+                   f"'albertlm[int8]') (default: {INT8_BACKENDS[0]})")
+
+
+def _int8(args: argparse.Namespace) -> str | None:
+    return args.int8_backend if args.int8 else None
 
 
 def evaluate_run(args: argparse.Namespace) -> int:
@@ -84,7 +99,7 @@ def evaluate_run(args: argparse.Namespace) -> int:
     _one_line_warnings()
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
                           max_examples=args.max_examples, predictions=args.predictions, device=args.device,
-                          max_answer_length=args.max_answer_length)
+                          max_answer_length=args.max_answer_length, int8=_int8(args))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -108,6 +123,7 @@ def predict_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
                    "(faster for small batches of base and larger models; docs/benchmarks.md)")
+    _int8_args(p)
 
 
 def predict_run(args: argparse.Namespace) -> int:
@@ -116,6 +132,7 @@ def predict_run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
+    _one_line_warnings()
     lines: list[str] = []
     for name in args.files or ["-"]:
         try:
@@ -129,7 +146,7 @@ def predict_run(args: argparse.Namespace) -> int:
         except UnicodeDecodeError as exc:
             raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
     for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
-                             prepack=args.prepack):
+                             prepack=args.prepack, int8=_int8(args)):
         print(out)
     return 0
 

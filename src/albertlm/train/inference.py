@@ -82,19 +82,29 @@ def _settings(config: AlbertConfig, default_length: int = 128, chinese: bool = F
     return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
 
 
-def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
-    """(model in eval mode, its config, its tokenizer) of a fine-tuned directory."""
+def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu", int8: str | None = None):
+    """(model in eval mode, its config, its tokenizer) of a fine-tuned directory; with `int8` (a
+    backend of `albertlm.inference.quantize`), a CPU copy with int8 Linear layers."""
     arch, config = read_architecture(model_dir)
     if arch not in HEADS:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
+    if int8 is not None:
+        if str(device) == "auto":
+            device = "cpu"
+        if resolve_device(device).type != "cpu":
+            raise AlbertlmError(f"int8 inference runs on the CPU; got --device {device}")
     model = HEADS[arch].from_pretrained(model_dir).to(resolve_device(device)).eval()
+    if int8 is not None:
+        from albertlm.inference.quantize import quantize_int8
+
+        model = quantize_int8(model, int8)
     return model, config, load_tokenizer(model_dir)
 
 
 def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev",
                  *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
                  device: str | torch.device = "cpu", strict: bool = False,
-                 max_answer_length: int | None = None) -> dict[str, Any]:
+                 max_answer_length: int | None = None, int8: str | None = None) -> dict[str, Any]:
     """Score a fine-tuned model on one split of a task.
 
     Args:
@@ -108,6 +118,8 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         device: torch device.
         strict: raise on the first malformed row.
         max_answer_length: QA: longest answer in pieces (default: what the model was fine-tuned with).
+        int8: score a CPU copy with int8 Linear layers, by this backend ("fbgemm" or "torchao";
+            `albertlm.inference.quantize`); None: the model as saved.
     Returns:
         {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels).
     """
@@ -119,7 +131,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
     if predictions is not None:
         check_writable(Path(predictions), "--predictions")
-    model, config, tokenizer = load_finetuned(model_dir, device)
+    model, config, tokenizer = load_finetuned(model_dir, device, int8)
     task = task or config.extra.get("finetuning_task")
     if not task:
         raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
@@ -159,7 +171,7 @@ def check_writable(path: Path, flag: str) -> None:
 
 
 def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
-                  batch_size: int = 64, prepack: bool = False) -> list[str]:
+                  batch_size: int = 64, prepack: bool = False, int8: str | None = None) -> list[str]:
     """Predictions of a fine-tuned model for raw input lines, one output line per input line.
 
     Input per head: sequence classification `text` or `text_a<TAB>text_b` → `label<TAB>probability`
@@ -167,15 +179,18 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     classification `text` → `word/TAG` per word; question answering `question<TAB>context` or JSON
     {"question", "context"} → the answer ("" for none); multiple choice JSON {"context" or
     "article", "question", "options"} → the option letter and text. A blank input line gives a
-    blank output line.
+    blank output line. `prepack` runs on oneDNN-packed fp32 weights, `int8` (a backend name) on
+    int8 Linear layers (`albertlm.inference.quantize`); both are CPU only, and exclusive.
     """
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    if prepack and int8 is not None:
+        raise AlbertlmError("--prepack and --int8 are exclusive: choose packed fp32 or int8 weights")
     all_lines = [line.rstrip("\r\n") for line in lines]
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
     if not keep:
         return [""] * len(all_lines)
-    predicted = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack)
+    predicted = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack, int8)
     out = [""] * len(all_lines)  # a blank input line gets a blank output line: outputs stay aligned
     for i, line in zip(keep, predicted):
         out[i] = line
@@ -183,10 +198,10 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
 
 
 def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | torch.device, batch_size: int,
-                      prepack: bool) -> list[str]:
+                      prepack: bool, int8: str | None = None) -> list[str]:
     from albertlm.tasks.registry import TaskSpec, family_of_head
 
-    model, config, tokenizer = load_finetuned(model_dir, device)
+    model, config, tokenizer = load_finetuned(model_dir, device, int8)
     family = family_of_head(type(model).__name__)
     if prepack:  # CPU, fp32: oneDNN-packed weights (see prepack_for_cpu)
         model = prepack_for_cpu(model)
