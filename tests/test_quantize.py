@@ -101,43 +101,9 @@ def test_the_deprecated_backend_says_so():
         quantize_int8(model, "fbgemm")
 
 
-def _task(n: int, gen: torch.Generator, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random sequences over ids 5..127; label 1 when id 7 occurs (planted in half of them)."""
-    ids = torch.randint(8, 128, (n, length), generator=gen)
-    labels = torch.randint(0, 2, (n,), generator=gen)
-    where = torch.randint(1, length, (n,), generator=gen)
-    ids[labels.bool(), where[labels.bool()]] = 7
-    ids[:, 0] = 2  # [CLS]
-    return ids, labels
-
-
-@pytest.fixture(scope="module")
-def trained() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    """A test-preset classifier trained for a few seconds to ~100% on a learnable task.
-
-    A random model's logits for two classes are nearly equal, so its argmax flips under any
-    rounding; a trained one has margins well above the int8 error (~1e-2 of the logits).
-    """
-    gen = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model trains fastest on one thread, and shares the CPU
-    model = AlbertForSequenceClassification(get_preset("test", classifier_dropout_prob=0.0))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(60):  # the loss is ~0.01 after 50 steps
-        ids, labels = _task(32, gen)
-        loss = model(ids, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    torch.set_num_threads(threads)
-    ids, labels = _task(256, gen)
-    return model.eval(), ids, labels
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_int8_predictions_agree_with_fp32_on_a_trained_model(trained, backend):
-    model, ids, labels = trained
+def test_int8_predictions_agree_with_fp32_on_a_trained_model(trained_classifier, backend):
+    model, ids, labels = trained_classifier
     with torch.no_grad():
         fp32 = model(ids).logits
         int8 = quantize(model, backend)(ids).logits

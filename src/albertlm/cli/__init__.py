@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import pretraining, tasks
+from albertlm.cli import export, pretraining, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -39,6 +39,8 @@ COMMANDS: dict[str, Command] = {
     "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
                "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
                pretraining.report_args, pretraining.report_run),
+    "export": ("export a model directory to ONNX (each shared tensor stored once; --int8 for onnxruntime int8): "
+               "albertlm export --format onnx DIR model.onnx", export.export_args, export.export_run),
 }
 
 
