@@ -99,12 +99,15 @@ def real_model(args, tmp: Path) -> dict:
     singles = [batch_of([f]) for f in features[:args.latency_examples]]
     jobs = {"batch1_s": lambda m: [m(**b) for b in singles],
             "dev_batch32_s": lambda m: run_features(m, spec, features, 32, cpu)}
+    with torch.inference_mode():  # how far each variant's logits are from ours fp32, over the dev set
+        logits = {name: run_features(m, spec, features, 32, cpu) for name, m in runs.items()}
     times = time_rounds(runs, jobs, args.rounds)
     result = {}
     for name in runs:
         result[name] = {"metrics": metrics[name], "bytes": sizes[name],
                         "batch1_latency_ms": 1e3 * times[name]["batch1_s"] / len(singles),
-                        "batch32_examples_per_s": len(features) / times[name]["dev_batch32_s"]}
+                        "batch32_examples_per_s": len(features) / times[name]["dev_batch32_s"],
+                        "max_abs_logit_diff_vs_ours_fp32": max_diff(logits[name], logits["ours fp32"])}
     base = result["ours fp32"]
     for r in result.values():
         r["batch1_speedup"] = base["batch1_latency_ms"] / r["batch1_latency_ms"]
@@ -112,6 +115,11 @@ def real_model(args, tmp: Path) -> dict:
     return {"task": spec.name, "dev_examples": len(examples), "latency_examples": len(singles),
             "safetensors_bytes": (Path(args.model) / "model.safetensors").stat().st_size,
             "export": export_sizes(model, tmp), "variants": result}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    """The largest |a - b| over every output of every feature."""
+    return max(float(abs(x - y).max()) for name in a for x, y in zip(a[name], b[name]))
 
 
 def export_sizes(model: torch.nn.Module, tmp: Path, outputs: tuple[str, ...] = ("logits",)) -> dict:
