@@ -132,6 +132,18 @@ def test_onnxruntime_int8_keeps_a_trained_models_predictions(trained_classifier,
     assert report["initializer_bytes"] < stored_bytes(tmp_path / "fp32.onnx") / 2
 
 
+def test_cli_int8_export(trained_classifier, tmp_path, capsys):
+    model, ids, _ = trained_classifier
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "int8.onnx"
+    assert main(["export", str(tmp_path / "model"), str(out), "--int8", "--exporter", "legacy"]) == 0
+    assert "int8 MatMuls" in capsys.readouterr().out
+    with torch.no_grad():
+        expected = model(ids).logits.argmax(-1)
+    assert (OnnxModel(out)(ids).logits.argmax(-1) == expected).float().mean() >= 0.97
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8.onnx", "model"]  # no temporary left behind
+
+
 def test_refusals_are_one_line(tmp_path, capsys):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("not a model")

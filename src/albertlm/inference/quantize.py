@@ -13,7 +13,7 @@ not be larger than the fp32 one (a copy per application would multiply it).
 
 Two backends, chosen by measurement (docs/benchmarks.md, "int8 and ONNX"):
   fbgemm   torch.ao.quantization.quantize_dynamic, PyTorch's fbgemm/oneDNN int8 kernels. PyTorch
-           marks this API deprecated (it still ships in torch 2.13); its kernels were 2.4-3.9x
+           marks this API deprecated (it still ships in torch 2.13); its kernels were 2.4-3.1x
            faster than torchao's on the AVX-512 CPU of the benchmarks, so it is the default. Its
            deprecation notice is passed on as one warning of ours, not hidden.
   torchao  torchao.quantization.quantize_ with Int8DynamicActivationInt8WeightConfig, the
