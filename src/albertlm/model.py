@@ -163,7 +163,8 @@ def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """
     if attention_mask is None:
         return None
-    if not (torch.compiler.is_exporting() or torch.jit.is_tracing()) and bool(attention_mask.all()):
+    exporting = getattr(torch.compiler, "is_exporting", lambda: False)()  # torch >= 2.5
+    if not (exporting or torch.jit.is_tracing()) and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
