@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from albertlm.config import get_preset
+from albertlm.heads import AlbertForSequenceClassification
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -36,3 +39,37 @@ def write_story_corpus(path: Path, documents: int) -> Path:
     docs = ["\n".join(sentences[(d * 7 + k) % 40] for k in range(8)) for d in range(documents)]
     path.write_text("\n\n".join(docs) + "\n")
     return path
+
+
+def _task(n: int, gen: torch.Generator, length: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
+    """[CLS] then random ids from 8..127; label 1 when id 7 occurs (planted in half of them)."""
+    ids = torch.randint(8, 128, (n, length), generator=gen)
+    labels = torch.randint(0, 2, (n,), generator=gen)
+    where = torch.randint(1, length, (n,), generator=gen)
+    ids[labels.bool(), where[labels.bool()]] = 7
+    ids[:, 0] = 2  # [CLS]
+    return ids, labels
+
+
+@pytest.fixture(scope="session")
+def trained_classifier() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """A test-preset classifier trained for a few seconds to ~100% on a learnable task.
+
+    Used by the int8 tests (torch and onnxruntime). A random model's logits for two classes are nearly equal, so its argmax flips under any
+    rounding; a trained one has margins well above the int8 error (~1e-2 of the logits).
+    """
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model trains fastest on one thread, and shares the CPU
+    model = AlbertForSequenceClassification(get_preset("test", classifier_dropout_prob=0.0))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(60):  # the loss is ~0.01 after 50 steps
+        ids, labels = _task(32, gen)
+        loss = model(ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.set_num_threads(threads)
+    ids, labels = _task(256, gen)
+    return model.eval(), ids, labels

@@ -4,6 +4,7 @@ transformers' class of the same name with equal logits, and the CLI commands mus
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import zlib
@@ -338,6 +339,21 @@ def test_finetune_from_a_transformers_masked_lm_directory(model_dir, runs, tmp_p
                        FinetuneRecipe(steps=3, batch_size=8, max_seq_length=32), progress=False)
     assert results["steps"] == 3 and "accuracy" in results["best"]
     assert tf.AlbertForSequenceClassification.from_pretrained(tmp_path / "out").config.num_labels == 2
+
+
+def test_cli_int8_evaluate_and_predict(runs, tmp_path, capsys):
+    """--int8 scores and predicts like fp32 on a trained model (its margins dwarf the int8 rounding)."""
+    data, out, _ = runs["sst-2"]
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("the movie was great fun .\nthe film was awful and boring .\n")
+    for backend in ("fbgemm", "torchao") if importlib.util.find_spec("torchao") else ("fbgemm",):
+        flags = ["--device", "cpu", "--int8", "--int8-backend", backend]
+        assert main(["evaluate", "--model", str(out), "--data", str(data), "--json", *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["metrics"]["accuracy"] > 0.9
+        assert main(["predict", "--model", str(out), str(inputs), *flags]) == 0
+        assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == ["1", "0"]
+    assert main(["predict", "--model", str(out), str(inputs), "--int8", "--prepack"]) == 2
+    assert "exclusive" in capsys.readouterr().err
 
 
 def test_cli_inference_refusals_and_aligned_outputs(runs, model_dir, tmp_path, capsys):

@@ -182,9 +182,14 @@ class Encoder(nn.Module):
 def attention_bias(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """[B, S] of 1 (token) / 0 (padding) -> bool [B, 1, 1, S] for SDPA, or None when nothing is padded.
 
-    Without padding no mask is passed at all, which lets SDPA pick its fastest kernel.
+    Without padding no mask is passed at all, which lets SDPA pick its fastest kernel. While the
+    model is being exported (torch.export, ONNX tracing) the mask is always kept: the graph must
+    serve padded batches too, whatever the example batch looked like.
     """
-    if attention_mask is None or bool(attention_mask.all()):
+    if attention_mask is None:
+        return None
+    exporting = getattr(torch.compiler, "is_exporting", lambda: False)()  # torch >= 2.5
+    if not (exporting or torch.jit.is_tracing()) and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 

@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import checkpoints, distill, pretraining, tasks
+from albertlm.cli import checkpoints, distill, export, pretraining, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -43,6 +43,8 @@ COMMANDS: dict[str, Command] = {
                pretraining.report_args, pretraining.report_run),
     "convert": ("convert a checkpoint: Google's TF1 / TF-Hub / albert_zh to a Hugging Face directory, or back "
                 "with --to tf: albertlm convert model.ckpt-best OUT", checkpoints.convert_args, checkpoints.convert_run),
+    "export": ("export a model directory to ONNX (each shared tensor stored once; --int8 for onnxruntime int8): "
+               "albertlm export --format onnx DIR model.onnx", export.export_args, export.export_run),
 }
 
 

@@ -74,6 +74,7 @@ def evaluate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _early_exit_args(p)
+    _int8_args(p)
 
 
 def _early_exit_args(p: argparse.ArgumentParser) -> None:
@@ -87,6 +88,20 @@ def _early_exit_args(p: argparse.ArgumentParser) -> None:
                    f"(default: {DEFAULT_REGRESSION_THRESHOLD})")
 
 
+def _int8_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.inference.quantize import INT8_BACKENDS
+
+    p.add_argument("--int8", action="store_true", help="CPU only: run on a copy with dynamic int8 Linear layers "
+                   "(faster; accuracy change in docs/benchmarks.md)")
+    p.add_argument("--int8-backend", default=INT8_BACKENDS[0], choices=INT8_BACKENDS, help="int8 kernels: fbgemm "
+                   "(torch.ao, deprecated by PyTorch but fastest on x86) or torchao (maintained; pip install "
+                   f"'albertlm[int8]') (default: {INT8_BACKENDS[0]})")
+
+
+def _int8(args: argparse.Namespace) -> str | None:
+    return args.int8_backend if args.int8 else None
+
+
 def evaluate_run(args: argparse.Namespace) -> int:
     """Score a fine-tuned model on a task split."""
     import json
@@ -97,7 +112,7 @@ def evaluate_run(args: argparse.Namespace) -> int:
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
                           max_examples=args.max_examples, predictions=args.predictions, device=args.device,
                           max_answer_length=args.max_answer_length, patience=args.patience,
-                          regression_threshold=args.regression_threshold)
+                          regression_threshold=args.regression_threshold, int8=_int8(args))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -126,6 +141,7 @@ def predict_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
                    "(faster for small batches of base and larger models; docs/benchmarks.md)")
     _early_exit_args(p)
+    _int8_args(p)
 
 
 def predict_run(args: argparse.Namespace) -> int:
@@ -134,6 +150,7 @@ def predict_run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
+    _one_line_warnings()
     lines: list[str] = []
     for name in args.files or ["-"]:
         try:
@@ -149,7 +166,8 @@ def predict_run(args: argparse.Namespace) -> int:
     exit_layers: list = []
     for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
                              prepack=args.prepack, patience=args.patience,
-                             regression_threshold=args.regression_threshold, exit_layers=exit_layers):
+                             regression_threshold=args.regression_threshold, exit_layers=exit_layers,
+                             int8=_int8(args)):
         print(out)
     run = [n for n in exit_layers if n is not None]
     if args.patience is not None and run:

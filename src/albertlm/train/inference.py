@@ -84,15 +84,25 @@ def _settings(config: AlbertConfig, default_length: int = 128, chinese: bool = F
     return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
 
 
-def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu"):
-    """(model in eval mode, its config, its tokenizer) of a fine-tuned directory."""
+def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu", int8: str | None = None):
+    """(model in eval mode, its config, its tokenizer) of a fine-tuned directory; with `int8` (a
+    backend of `albertlm.inference.quantize`), a CPU copy with int8 Linear layers."""
     arch, config = read_architecture(model_dir)
     if arch not in HEADS:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
     if has_exit_heads(config) and not (Path(model_dir) / EXIT_HEADS_NAME).is_file():
         raise AlbertlmError(f"{model_dir}: config.json announces exit heads ({CONFIG_KEY}) but {EXIT_HEADS_NAME} "
                             "is missing")
+    if int8 is not None:
+        if str(device) == "auto":
+            device = "cpu"
+        if resolve_device(device).type != "cpu":
+            raise AlbertlmError(f"int8 inference runs on the CPU; got --device {device}")
     model = head_class(arch, config).from_pretrained(model_dir).to(resolve_device(device)).eval()
+    if int8 is not None:
+        from albertlm.inference.quantize import quantize_int8
+
+        model = quantize_int8(model, int8)
     return model, config, load_tokenizer(model_dir)
 
 
@@ -129,7 +139,8 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
                  *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
                  device: str | torch.device = "cpu", strict: bool = False,
                  max_answer_length: int | None = None, patience: int | None = None,
-                 regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> dict[str, Any]:
+                 regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD, int8: str | None = None
+                 ) -> dict[str, Any]:
     """Score a fine-tuned model on one split of a task.
 
     Args:
@@ -146,6 +157,8 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         patience: early exit (a model fine-tuned with exit heads): each input stops once its prediction
             has held for this many layers (`albertlm.early_exit`); None runs every layer.
         regression_threshold: with `patience`, a regression output moving less than this counts as unchanged.
+        int8: score a CPU copy with int8 Linear layers, by this backend ("fbgemm" or "torchao";
+            `albertlm.inference.quantize`); None: the model as saved.
     Returns:
         {"task", "split", "examples", "metrics"} (metrics empty when the split has no labels), and with
         `patience` "early_exit": {"patience", "layers", "average_layers", "speedup", "exits_per_layer"},
@@ -160,7 +173,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
     if predictions is not None:
         check_writable(Path(predictions), "--predictions")
-    model, config, tokenizer = load_finetuned(model_dir, device)
+    model, config, tokenizer = load_finetuned(model_dir, device, int8)
     task = task or config.extra.get("finetuning_task")
     if not task:
         raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
@@ -208,7 +221,7 @@ def check_writable(path: Path, flag: str) -> None:
 def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torch.device = "cpu",
                   batch_size: int = 64, prepack: bool = False, patience: int | None = None,
                   regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD,
-                  exit_layers: list | None = None) -> list[str]:
+                  exit_layers: list | None = None, int8: str | None = None) -> list[str]:
     """Predictions of a fine-tuned model for raw input lines, one output line per input line.
 
     Input per head: sequence classification `text` or `text_a<TAB>text_b` → `label<TAB>probability`
@@ -220,10 +233,14 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
 
     With `patience` (a model fine-tuned with exit heads) each line stops once its prediction has held
     for that many layers (`albertlm.early_exit`); pass a list as `exit_layers` to receive the layers
-    each line ran (None for blank lines; a line split into windows: its deepest window).
+    each line ran (None for blank lines; a line split into windows: its deepest window). `prepack`
+    runs on oneDNN-packed fp32 weights, `int8` (a backend name) on int8 Linear layers
+    (`albertlm.inference.quantize`); both are CPU only, and exclusive.
     """
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    if prepack and int8 is not None:
+        raise AlbertlmError("--prepack and --int8 are exclusive: choose packed fp32 or int8 weights")
     _check_patience(patience, regression_threshold)
     all_lines = [line.rstrip("\r\n") for line in lines]
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
@@ -231,7 +248,7 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     out = [""] * len(all_lines)  # a blank input line gets a blank output line: outputs stay aligned
     if keep:
         predicted, layers = _predict_nonblank(model_dir, [all_lines[i] for i in keep], device, batch_size, prepack,
-                                              patience, regression_threshold)
+                                              patience, regression_threshold, int8)
         for n, (i, line) in enumerate(zip(keep, predicted)):
             out[i] = line
             layers_run[i] = int(layers[n]) if layers is not None else None
@@ -241,10 +258,11 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
 
 
 def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | torch.device, batch_size: int,
-                      prepack: bool, patience: int | None, regression_threshold: float) -> tuple[list[str], list | None]:
+                      prepack: bool, patience: int | None, regression_threshold: float,
+                      int8: str | None = None) -> tuple[list[str], list | None]:
     from albertlm.tasks.registry import TaskSpec, family_of_head
 
-    model, config, tokenizer = load_finetuned(model_dir, device)
+    model, config, tokenizer = load_finetuned(model_dir, device, int8)
     family = family_of_head(head_name(model))
     if prepack:  # CPU, fp32: oneDNN-packed weights (see prepack_for_cpu)
         model = prepack_for_cpu(model)

@@ -1,0 +1,208 @@
+"""int8 and ONNX inference on the CPU: accuracy, latency, throughput and size of one fine-tuned model
+run five ways: ours fp32, ours int8 (fbgemm and torchao backends), onnxruntime fp32 and int8.
+
+  - accuracy: the task's dev metric through the same scoring code (`train.finetune.score`; the
+    onnxruntime files run behind `interop.onnx.OnnxModel`), batch 32;
+  - batch-1 latency: the median over single dev examples, each at its own length;
+  - batch-32 throughput: dev examples per second over the whole dev set, batches of 32 sorted by
+    length (as evaluation runs them);
+  - size: bytes on disk (safetensors, torch.save of the int8 state, the .onnx files), and the
+    ONNX initializer bytes against the model's distinct parameter bytes, for our export and for
+    plain torch.onnx.export calls with constant folding (what duplicates shared tensors);
+  - with --base-shaped: the same latency and throughput on albert-base-shaped random weights
+    (H=768, 12 shared layers), where the matrix products dominate; no accuracy there.
+
+Every variant is timed in alternation (round-robin) so that load from other processes spreads
+over all of them; medians are reported. Threads: --threads for torch and onnxruntime alike.
+
+Usage:
+    python benchmarks/quantize_onnx.py --model runs/sst2 --data DATA/SST-2 --task sst-2 --threads 1 --base-shaped
+Writes benchmarks/results/inference/quantize_onnx-<date>.json and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from albertlm.config import get_preset  # noqa: E402
+from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
+from albertlm.interop.onnx import (  # noqa: E402
+    INPUTS, OnnxModel, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
+from albertlm.tasks.common import pad_batch  # noqa: E402
+from albertlm.tasks.registry import get_task  # noqa: E402
+from albertlm.train.finetune import run_features, score  # noqa: E402
+from albertlm.train.inference import _labels, _settings, load_finetuned  # noqa: E402
+
+
+def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> tuple[dict, dict]:
+    """{name: runnable model}, {name: bytes on disk}."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # fbgemm's deprecation notice (documented)
+        fbgemm = quantize_int8(model, "fbgemm")
+    torchao = quantize_int8(model, "torchao")
+    export_onnx(model, tmp / "fp32.onnx", dynamo=dynamo)
+    quantize_onnx_int8(tmp / "fp32.onnx", tmp / "int8.onnx")
+    runs = {"ours fp32": model, "ours int8 (fbgemm)": fbgemm, "ours int8 (torchao)": torchao,
+            "ORT fp32": OnnxModel(tmp / "fp32.onnx", threads), "ORT int8": OnnxModel(tmp / "int8.onnx", threads)}
+    sizes = {"ours fp32": state_bytes(model), "ours int8 (fbgemm)": state_bytes(fbgemm),
+             "ours int8 (torchao)": state_bytes(torchao), "ORT fp32": (tmp / "fp32.onnx").stat().st_size,
+             "ORT int8": (tmp / "int8.onnx").stat().st_size}
+    return runs, sizes
+
+
+def time_rounds(runs: dict, jobs: dict, rounds: int) -> dict:
+    """{variant: {job: median seconds}}, variants and jobs in alternation each round."""
+    times: dict = {v: {j: [] for j in jobs} for v in runs}
+    with torch.inference_mode():
+        for name, model in runs.items():  # warm-up
+            for job in jobs.values():
+                job(model)
+        for _ in range(rounds):
+            for name, model in runs.items():
+                for j, job in jobs.items():
+                    t = time.perf_counter()
+                    job(model)
+                    times[name][j].append(time.perf_counter() - t)
+    return {v: {j: statistics.median(ts) for j, ts in js.items()} for v, js in times.items()}
+
+
+def batch_of(features, device="cpu") -> dict:
+    batch = pad_batch(features)
+    return {n: torch.from_numpy(batch[n]).to(device) for n in INPUTS}
+
+
+def real_model(args, tmp: Path) -> dict:
+    model, config, tokenizer = load_finetuned(args.model)
+    spec = get_task(args.task or config.extra.get("finetuning_task"))
+    examples = spec.read(args.data, "dev", False)
+    labels = _labels(config)
+    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
+    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
+    runs, sizes = variants(model, tmp, args.threads, dynamo=True)
+    cpu = torch.device("cpu")
+    metrics = {name: score(m, spec, examples, features, labels, settings, 32, cpu)[0] for name, m in runs.items()}
+    singles = [batch_of([f]) for f in features[:args.latency_examples]]
+    jobs = {"batch1_s": lambda m: [m(**b) for b in singles],
+            "dev_batch32_s": lambda m: run_features(m, spec, features, 32, cpu)}
+    with torch.inference_mode():  # how far each variant's logits are from ours fp32, over the dev set
+        logits = {name: run_features(m, spec, features, 32, cpu) for name, m in runs.items()}
+    times = time_rounds(runs, jobs, args.rounds)
+    result = {}
+    for name in runs:
+        result[name] = {"metrics": metrics[name], "bytes": sizes[name],
+                        "batch1_latency_ms": 1e3 * times[name]["batch1_s"] / len(singles),
+                        "batch32_examples_per_s": len(features) / times[name]["dev_batch32_s"],
+                        "max_abs_logit_diff_vs_ours_fp32": max_diff(logits[name], logits["ours fp32"])}
+    base = result["ours fp32"]
+    for r in result.values():
+        r["batch1_speedup"] = base["batch1_latency_ms"] / r["batch1_latency_ms"]
+        r["batch32_speedup"] = r["batch32_examples_per_s"] / base["batch32_examples_per_s"]
+    return {"task": spec.name, "dev_examples": len(examples), "latency_examples": len(singles),
+            "safetensors_bytes": (Path(args.model) / "model.safetensors").stat().st_size,
+            "export": export_sizes(model, tmp), "variants": result}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    """The largest |a - b| over every output of every feature."""
+    return max(float(abs(x - y).max()) for name in a for x, y in zip(a[name], b[name]))
+
+
+def export_sizes(model: torch.nn.Module, tmp: Path, outputs: tuple[str, ...] = ("logits",)) -> dict:
+    """Initializer bytes / distinct parameter bytes: ours, and plain exports with constant folding."""
+    import onnx
+
+    from albertlm.interop.onnx import example_inputs
+
+    out = {"parameter_bytes": parameter_bytes(model)}
+    if not (tmp / "fp32.onnx").exists():
+        export_onnx(model, tmp / "fp32.onnx")
+    out["ours (dynamo, no folding, weight transposes folded once)"] = initializer_bytes(
+        onnx.load(tmp / "fp32.onnx")) / out["parameter_bytes"]
+    out["ours: file bytes / parameter bytes"] = (tmp / "fp32.onnx").stat().st_size / out["parameter_bytes"]
+    wrapped = _Exportable(model, outputs).eval()
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUTS}
+    for label, kwargs in (("plain dynamo=True (optimize=True)", {"dynamo": True, "dynamic_shapes": axes}),
+                          ("plain dynamo=False (do_constant_folding=True)", {"dynamo": False, "dynamic_axes": axes})):
+        path = tmp / "plain.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(wrapped, example_inputs(model), path, input_names=list(INPUTS), verbose=False, **kwargs)
+        out[label] = initializer_bytes(onnx.load(path)) / out["parameter_bytes"]
+    return out
+
+
+def base_shaped(args, tmp: Path) -> dict:
+    """albert-base-shaped random weights (V=30000, E=128, H=768, 12 shared layers), 2 labels."""
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(get_preset("albert-base", num_labels=2)).eval()
+    runs, sizes = variants(model, tmp, args.threads, dynamo=False)  # the TorchScript exporter: minutes faster
+    gen = torch.Generator().manual_seed(0)
+    one = {"input_ids": torch.randint(5, 30000, (1, 128), generator=gen)}
+    one.update(attention_mask=torch.ones_like(one["input_ids"]), token_type_ids=torch.zeros_like(one["input_ids"]))
+    many = {k: v.repeat(args.base_batch, 1) for k, v in one.items()}
+    times = time_rounds(runs, {"b1": lambda m: m(**one), "bN": lambda m: m(**many)}, args.base_rounds)
+    fp32 = times["ours fp32"]
+    return {"shape": "albert-base (H=768, L=12 shared, E=128, V=30000), random weights", "seq_len": 128,
+            "batch": args.base_batch,
+            "variants": {name: {"bytes": sizes[name], "batch1_latency_ms": 1e3 * t["b1"],
+                                "batch1_speedup": fp32["b1"] / t["b1"],
+                                f"batch{args.base_batch}_sequences_per_s": args.base_batch / t["bN"],
+                                f"batch{args.base_batch}_speedup": fp32["bN"] / t["bN"]}
+                         for name, t in times.items()}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="a fine-tuned sequence-classification directory")
+    p.add_argument("--data", required=True, help="the task's data directory (its dev split is used)")
+    p.add_argument("--task", default=None, help="task name (default: the model's finetuning_task)")
+    p.add_argument("--threads", type=int, default=1, help="torch and onnxruntime intra-op threads (default: 1)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per variant (default: 3)")
+    p.add_argument("--latency-examples", type=int, default=100, help="dev examples timed one by one (default: 100)")
+    p.add_argument("--pretrained", default=None, help="also compare export sizes of this AlbertForPreTraining directory")
+    p.add_argument("--base-shaped", action="store_true", help="also time albert-base-shaped random weights")
+    p.add_argument("--base-batch", type=int, default=8, help="batch of the base-shaped throughput (default: 8)")
+    p.add_argument("--base-rounds", type=int, default=3, help="timed rounds of the base-shaped model (default: 3)")
+    p.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/inference/quantize_onnx-<date>.json)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    start = time.time()
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join(["python", *sys.argv]), "threads": args.threads, "torch": torch.__version__,
+              "load_average_at_start": os.getloadavg()}
+    with tempfile.TemporaryDirectory() as tmp:
+        result["finetuned"] = real_model(args, Path(tmp))
+        if args.pretrained:
+            from albertlm.model import AlbertForPreTraining
+
+            pre = Path(tmp) / "pretrained"
+            pre.mkdir()
+            model = AlbertForPreTraining.from_pretrained(args.pretrained).eval()
+            result["pretraining_export"] = export_sizes(model, pre, ("prediction_logits", "sop_logits"))
+        if args.base_shaped:
+            result["base_shaped"] = base_shaped(args, Path(tmp))
+    result["load_average_at_end"] = os.getloadavg()
+    result["seconds"] = time.time() - start
+    out = Path(args.out or REPO / "benchmarks" / "results" / "inference" / f"quantize_onnx-{result['date'][:10]}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

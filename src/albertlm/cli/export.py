@@ -1,0 +1,53 @@
+"""`albertlm export`: a model directory to another format (ONNX, optionally int8)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from albertlm.errors import AlbertlmError
+
+
+def export_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="DIR", help="a model directory: pretrained (AlbertForPreTraining) or fine-tuned")
+    p.add_argument("out", metavar="OUT", help="the file to write, e.g. model.onnx")
+    p.add_argument("--format", default="onnx", choices=["onnx"], help="output format (default: onnx)")
+    p.add_argument("--int8", action="store_true", help="write onnxruntime's dynamic int8 quantization of the "
+                   "export instead of fp32 (docs/benchmarks.md has its accuracy and speed)")
+    p.add_argument("--exporter", default="dynamo", choices=["dynamo", "legacy"], help="torch.onnx.export's "
+                   "current exporter (torch.export based) or the TorchScript one, ~20x faster to run "
+                   "(default: dynamo)")
+
+
+def export_run(args: argparse.Namespace) -> int:
+    """Export a model directory; print what was written."""
+    import tempfile
+    import warnings
+
+    from albertlm.heads import HEADS
+    from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8
+    from albertlm.model import AlbertForPreTraining
+    from albertlm.train.inference import read_architecture
+
+    out = Path(args.out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise AlbertlmError(f"{out}: {'is a directory' if out.is_dir() else 'its directory does not exist'}")
+    if not Path(args.model).is_dir():
+        raise AlbertlmError(f"{args.model}: not a model directory")
+    arch, _ = read_architecture(args.model)
+    classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
+    if arch not in ONNX_OUTPUTS:
+        raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
+    with warnings.catch_warnings():  # a pretrained directory without an SOP head says so: not an error here
+        warnings.filterwarnings("ignore", message=".*SOP head.*")
+        model = classes[arch].from_pretrained(args.model).eval()
+    if not args.int8:
+        report = export_onnx(model, out, dynamo=args.exporter == "dynamo")
+    else:
+        with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+            report = export_onnx(model, Path(tmp) / "fp32.onnx", dynamo=args.exporter == "dynamo")
+            report.update(quantize_onnx_int8(Path(tmp) / "fp32.onnx", out))
+    print(f"{out}: {arch} -> {', '.join(report['outputs'])}; {out.stat().st_size / 2**20:.2f} MiB on disk, "
+          f"fp32 initializers {report['ratio']:.3f}x the distinct parameter bytes"
+          + (f"; int8: {report['quantized_matmuls']} int8 MatMuls" if args.int8 else ""))
+    return 0

@@ -1,0 +1,1 @@
+"""Cheaper CPU inference for a trained model: int8 Linear layers (quantize.py)."""
