@@ -1,0 +1,240 @@
+"""Cheaper inference, one run, one table: every way albertlm runs a fine-tuned classifier on the CPU,
+against transformers on the same weights.
+
+Rows (all on the same fine-tuned weights, the model fine-tuned with `--early-exit`):
+  - transformers fp32 (AlbertForSequenceClassification, sdpa attention): the baseline;
+  - ours fp32 (the plain head: the exit heads are not run);
+  - ours bf16 autocast, and transformers under the same autocast (a fair bf16 ratio);
+  - ours prepacked (oneDNN-packed fp32 weights, `train.inference.prepack_for_cpu`);
+  - ours int8 (dynamic int8 Linear layers, `inference.quantize`, fbgemm kernels);
+  - onnxruntime fp32 and int8 (`albertlm export --format onnx`, each shared tensor stored once);
+  - early exit at patience 2, 3, 4 (`early_exit.patience_forward`, batched: exited rows leave the batch);
+  - the combination: int8 + early exit at --combo-patience.
+Columns: the task's dev accuracy (every dev example, batch 32), the average layers run, batch-1
+latency (median over the first --latency-examples dev examples, each at its own length), batch-32
+throughput (dev examples per second over the whole dev set, batches sorted by length, as
+evaluation runs them), and bytes on disk. Every variant is timed in alternation, round after round,
+so that load from other processes falls on all of them; medians are reported.
+
+    python benchmarks/bench_inference.py --model runs/bench-early-exit/sst-2 --data DATA/SST-2 --threads 2
+
+Writes benchmarks/results/inference/bench_inference-<date>.json; --markdown appends the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from albertlm.early_exit import EXIT_HEADS_NAME, PatienceExit  # noqa: E402
+from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
+from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
+from albertlm.tasks.registry import get_task  # noqa: E402
+from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
+from albertlm.train.inference import _labels, _settings, load_finetuned, prepack_for_cpu  # noqa: E402
+from harness import append_markdown, machine  # noqa: E402
+from quantize_onnx import batch_of, time_rounds  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "inference"
+
+
+class Autocast(torch.nn.Module):
+    """A model run under CPU bf16 autocast, its logits returned in fp32."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **batch):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = self.model(**batch)
+        out.logits = out.logits.float()
+        return out
+
+
+def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...], combo: int
+             ) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
+    """{row name: runnable model}, {row name: bytes on disk}."""
+    import transformers
+
+    plain = AlbertForSequenceClassification.from_pretrained(model_dir).eval()
+    exits, _, _ = load_finetuned(model_dir)
+    hf = transformers.AlbertForSequenceClassification.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the fbgemm path's deprecation notice (docs/benchmarks.md)
+        int8 = quantize_int8(plain, "fbgemm")
+        int8_exits = quantize_int8(load_finetuned(model_dir)[0], "fbgemm")
+    export_onnx(plain, tmp / "fp32.onnx")
+    quantize_onnx_int8(tmp / "fp32.onnx", tmp / "int8.onnx")
+    weights = (model_dir / "model.safetensors").stat().st_size
+    heads = (model_dir / EXIT_HEADS_NAME).stat().st_size
+    runs = {"transformers fp32": hf, "ours fp32": plain, "transformers bf16 autocast": Autocast(hf),
+            "ours bf16 autocast": Autocast(plain), "ours prepacked": prepack_for_cpu(plain), "ours int8": int8,
+            "onnxruntime fp32": OnnxModel(tmp / "fp32.onnx", threads),
+            "onnxruntime int8": OnnxModel(tmp / "int8.onnx", threads)}
+    sizes = {"transformers fp32": weights, "ours fp32": weights, "transformers bf16 autocast": weights,
+             "ours bf16 autocast": weights, "ours prepacked": weights, "ours int8": state_bytes(int8),
+             "onnxruntime fp32": (tmp / "fp32.onnx").stat().st_size,
+             "onnxruntime int8": (tmp / "int8.onnx").stat().st_size}
+    for p in patiences:
+        runs[f"early exit, patience {p}"] = PatienceExit(exits, p)
+        sizes[f"early exit, patience {p}"] = weights + heads
+    runs[f"int8 + early exit, patience {combo}"] = PatienceExit(int8_exits, combo)
+    sizes[f"int8 + early exit, patience {combo}"] = state_bytes(int8_exits)
+    return {name: model.eval() for name, model in runs.items()}, sizes
+
+
+def accuracy_and_layers(runs: dict, spec, examples, features, labels, settings) -> dict[str, dict]:
+    """Each row's dev metrics (batch 32), for early exit the average layers run, and the largest
+    logit difference from ours fp32 over the dev set."""
+    cpu, out, logits = torch.device("cpu"), {}, {}
+    for name, model in runs.items():
+        extra = ("exit_layers",) if isinstance(model, PatienceExit) else ()
+        outputs = run_features(model, spec, features, 32, cpu, per_feature=extra)
+        layers = outputs.pop("exit_layers", None)
+        logits[name] = outputs["logits"]
+        metrics = score_outputs(spec, examples, features, outputs, labels, settings)[0]
+        out[name] = {"metrics": metrics,
+                     "average_layers": float(sum(int(x) for x in layers) / len(layers)) if layers else None}
+    for name in runs:
+        out[name]["max_abs_logit_diff_vs_ours_fp32"] = max(
+            float(abs(a - b).max()) for a, b in zip(logits[name], logits["ours fp32"]))
+    return out
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> dict:
+    model_dir = Path(args.model)
+    _, config, tokenizer = load_finetuned(model_dir)
+    spec = get_task(args.task or config.extra.get("finetuning_task"))
+    examples = spec.read(args.data, "dev", False)
+    labels = _labels(config)
+    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
+    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
+    runs, sizes = variants(model_dir, tmp, args.threads, tuple(args.patiences), args.combo_patience)
+    with torch.inference_mode():
+        quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
+    singles = [batch_of([f]) for f in features[:args.latency_examples]]
+    cpu = torch.device("cpu")
+    jobs = {"batch1_s": lambda m: [m(**b) for b in singles],
+            "batch32_s": lambda m: run_features(m, spec, features, 32, cpu)}
+    times = time_rounds(runs, jobs, args.rounds)
+    base = times["transformers fp32"]
+    rows = {}
+    for name in runs:
+        t = times[name]
+        rows[name] = {**quality[name], "bytes": sizes[name],
+                      "batch1_latency_ms": 1e3 * t["batch1_s"] / len(singles),
+                      "batch1_speedup_vs_transformers": base["batch1_s"] / t["batch1_s"],
+                      "batch32_examples_per_s": len(features) / t["batch32_s"],
+                      "batch32_speedup_vs_transformers": base["batch32_s"] / t["batch32_s"]}
+    onnx_ratio = onnx_size_ratio(tmp / "fp32.onnx", runs["ours fp32"])
+    return {"task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
+            "latency_examples": len(singles), "layers": config.num_hidden_layers, "rows": rows,
+            "onnx_initializer_bytes_over_parameter_bytes": onnx_ratio,
+            "targets": targets(rows, spec.main_metric, tuple(args.patiences), config.num_hidden_layers, onnx_ratio)}
+
+
+def onnx_size_ratio(path: Path, model: torch.nn.Module) -> float:
+    """The ONNX file's initializer bytes over the model's distinct parameter bytes (1.0: each once)."""
+    import onnx
+
+    from albertlm.interop.onnx import initializer_bytes, parameter_bytes
+
+    return initializer_bytes(onnx.load(path)) / parameter_bytes(model)
+
+
+def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, onnx_ratio: float) -> list[dict]:
+    """The targets, each with its measured value (None where the accuracy condition fails)."""
+    from harness import Target
+
+    def acc(name: str) -> float:
+        return 100 * rows[name]["metrics"][metric]
+
+    fp32 = acc("ours fp32")
+    close = [n for n in rows if acc(n) >= fp32 - 1.0 and not n.startswith("transformers")]
+    best = max(close, key=lambda n: rows[n]["batch1_speedup_vs_transformers"])
+    exit_ok = [p for p in patiences if acc(f"early exit, patience {p}") >= fp32 - 0.5]
+    fewer = max((layers / rows[f"early exit, patience {p}"]["average_layers"] for p in exit_ok), default=None)
+    int8 = rows["ours fp32"]["batch1_latency_ms"] / rows["ours int8"]["batch1_latency_ms"]
+    out = [
+        Target(f"best row within 1 point of ours fp32 ({best}, {acc(best) - fp32:+.2f}): batch-1 speed-up vs "
+               "transformers fp32", rows[best]["batch1_speedup_vs_transformers"], 3.0),
+        Target("early exit: fewer layers on average, within 0.5 point of full depth", fewer, 1.5),
+        Target(f"int8: batch-1 speed-up vs ours fp32, within 1 point ({acc('ours int8') - fp32:+.2f})",
+               int8 if acc("ours int8") >= fp32 - 1 else None, 1.8),
+        Target("ONNX: initializer bytes / distinct parameter bytes", onnx_ratio, 1.05, higher_is_better=False, unit=""),
+        Target("onnxruntime fp32: largest logit difference from ours over dev",
+               rows["onnxruntime fp32"]["max_abs_logit_diff_vs_ours_fp32"], 1e-4, higher_is_better=False, unit=""),
+    ]
+    return [t.as_dict() for t in out]
+
+
+def markdown(result: dict) -> str:
+    from harness import targets_markdown
+
+    m = result["machine"]
+    lines = [f"## Cheaper inference, one table: {result['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
+             f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). {result['task']} dev: "
+             f"{result['dev_examples']} examples; batch-1 latency: median over the first {result['latency_examples']}; "
+             f"a {result['layers']}-layer all-shared model fine-tuned with `--early-exit`. Raw numbers: "
+             f"`{result['json']}`.", "",
+             f"| row | dev {result['main_metric']} % | layers run | batch-1 ms | vs transformers | batch-32 ex/s | "
+             "vs transformers | MB on disk |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in result["rows"].items():
+        layers = f"{r['average_layers']:.2f}" if r["average_layers"] is not None else str(result["layers"])
+        lines.append(f"| {name} | {100 * r['metrics'][result['main_metric']]:.2f} | {layers} | "
+                     f"{r['batch1_latency_ms']:.2f} | {r['batch1_speedup_vs_transformers']:.2f}x | "
+                     f"{r['batch32_examples_per_s']:.0f} | {r['batch32_speedup_vs_transformers']:.2f}x | "
+                     f"{r['bytes'] / 2**20:.1f} |")
+    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import shlex
+    import time
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="a sequence classifier fine-tuned with --early-exit")
+    p.add_argument("--data", required=True, help="the task's data directory")
+    p.add_argument("--task", default=None, help="default: the model's finetuning_task")
+    p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per row (default 3)")
+    p.add_argument("--latency-examples", type=int, default=100)
+    p.add_argument("--patiences", type=int, nargs="+", default=[2, 3, 4])
+    p.add_argument("--combo-patience", type=int, default=2, help="patience of the int8 + early exit row")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--markdown", type=Path, default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
+        result = measure(args, Path(tmp))
+    stamp = datetime.datetime.now()
+    out = args.out or RESULTS / f"bench_inference-{stamp:%Y-%m-%d-%H%M}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result.update(date=stamp.isoformat(timespec="seconds"), machine=machine(), threads=args.threads,
+                  wall_s=time.perf_counter() - start, json=str(out.relative_to(REPO)) if out.is_relative_to(REPO)
+                  else str(out), command=shlex.join(["python", "benchmarks/bench_inference.py", *(argv or sys.argv[1:])]))
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    text = markdown(result)
+    print(text)
+    if args.markdown:
+        append_markdown(args.markdown, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

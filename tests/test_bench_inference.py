@@ -1,0 +1,56 @@
+"""The inference benchmark's plumbing, end to end on a tiny early-exit model (its timings mean nothing)."""
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_inference.py"
+
+
+@pytest.mark.slow
+def test_one_run_gives_every_row_and_target(tmp_path):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from albertlm import AlbertForPreTraining, get_preset
+    from albertlm.cli import main
+    from albertlm.tokenizer import Tokenizer, train_tokenizer
+
+    r = random.Random(0)
+    pos, neg, fill = ["good", "great"], ["bad", "dull"], "the movie was a film and it very".split()
+    data = tmp_path / "sst"
+    data.mkdir()
+    for split, n in (("train", 120), ("dev", 24)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            y = r.randint(0, 1)
+            rows.append(" ".join([*r.choices(fill, k=3), r.choice(pos if y else neg)]) + f"\t{y}")
+        (data / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    model = tmp_path / "pretrained"
+    train_tokenizer([" ".join(r.choices(pos + neg + fill, k=8)) for _ in range(200)], model, vocab_size=40,
+                    log=lambda msg: None)
+    torch.manual_seed(0)
+    AlbertForPreTraining(get_preset("test", vocab_size=Tokenizer.load(model).vocab_size)).save_pretrained(model)
+    assert main(["finetune", "--task", "sst-2", "--model", str(model), "--data", str(data), "--out",
+                 str(tmp_path / "ft"), "--early-exit", "--steps", "10", "--batch-size", "8", "--max-seq-length", "16",
+                 "--eval-every", "10", "--no-progress"]) == 0
+
+    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "result.json"
+    assert bench.main(["--model", str(tmp_path / "ft"), "--data", str(data), "--threads", "1", "--rounds", "1",
+                       "--latency-examples", "3", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {"transformers fp32", "ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8",
+            "early exit, patience 2", "int8 + early exit, patience 2"} <= set(result["rows"])
+    rows = result["rows"]
+    assert rows["ours fp32"]["max_abs_logit_diff_vs_ours_fp32"] == 0.0
+    assert rows["transformers fp32"]["max_abs_logit_diff_vs_ours_fp32"] < 1e-4  # the same weights
+    assert 1 <= rows["early exit, patience 2"]["average_layers"] <= 3
+    assert result["onnx_initializer_bytes_over_parameter_bytes"] < 1.05
+    assert len(result["targets"]) == 5
