@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from albertlm.cli.tasks import _one_line_warnings, task_from_args
+from albertlm.cli.tasks import _one_line_warnings, task_from_args, training_run_args
 from albertlm.options import add_dataclass_options, dataclass_from_args
 
-QA_ONLY = ("doc_stride", "max_query_length", "max_answer_length")
-"""Recipe fields that only question answering reads (distillation takes classifiers)."""
+NOT_HERE = ("doc_stride", "max_query_length", "max_answer_length", "early_exit")
+"""Recipe fields distillation has no use for: question answering's (it takes classifiers), and early
+exit (the student learns the teacher's final layer; fine-tune it with --early-exit afterwards)."""
 
 
 def distill_args(p: argparse.ArgumentParser) -> None:
@@ -21,16 +22,10 @@ def distill_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="the task the teacher was fine-tuned on (sequence classification "
                    "or regression: sst-2, cola, sts-b, ..., or a generic classification / regression / multilabel)")
     p.add_argument("--data", required=True, metavar="DIR", help="the task's data directory (train and dev files)")
-    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: runs/distill-<task>)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group("generic tasks")
-    g.add_argument("--text-column", default=None, help="column of the text (default: text)")
-    g.add_argument("--text-pair-column", default=None, help="column of the second text of a pair")
-    g.add_argument("--label-column", default=None, help="column of the label (default: label)")
+    training_run_args(p, "runs/distill-<task>")
     add_dataclass_options(p, DistillSettings, "distillation")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)",
-                          exclude=QA_ONLY)
+                          exclude=NOT_HERE)
 
 
 def distill_run(args: argparse.Namespace) -> int:
@@ -41,7 +36,7 @@ def distill_run(args: argparse.Namespace) -> int:
     _one_line_warnings()
     spec = task_from_args(args)
     results = distill(spec, args.teacher, args.student, args.data, args.out or f"runs/distill-{spec.name}",
-                      dataclass_from_args(FinetuneRecipe, args, exclude=QA_ONLY), dataclass_from_args(DistillSettings, args),
+                      dataclass_from_args(FinetuneRecipe, args, exclude=NOT_HERE), dataclass_from_args(DistillSettings, args),
                       device=args.device, progress=not args.no_progress)
     print(format_results(results))
     d = results["distillation"]

@@ -26,14 +26,19 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="DIR", help="pretrained model: `albertlm pretrain` output or any Hugging Face "
                    "ALBERT directory with spiece.model, or a Chinese ALBERT one with a WordPiece vocab.txt")
     p.add_argument("--data", metavar="DIR", help="the task's data directory (train and dev files)")
-    p.add_argument("--out", metavar="DIR", default=None, help="output directory (default: runs/finetune-<task>)")
+    training_run_args(p, "runs/finetune-<task>")
+    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
+
+
+def training_run_args(p: argparse.ArgumentParser, default_out: str) -> None:
+    """--out, --device, --no-progress and the generic tasks' columns: what every task-training command takes."""
+    p.add_argument("--out", metavar="DIR", default=None, help=f"output directory (default: {default_out})")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("generic tasks")
     g.add_argument("--text-column", default=None, help="column of the text (default: text)")
     g.add_argument("--text-pair-column", default=None, help="column of the second text of a pair")
     g.add_argument("--label-column", default=None, help="column of the label (default: label)")
-    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
 
 
 def task_from_args(args: argparse.Namespace):

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from albertlm.vocab import SpecialIds
+from albertlm.vocab import SpecialIds, pair_inputs
 
 
 @runtime_checkable
@@ -61,3 +61,78 @@ class Vocabulary(Protocol):
 
     def save(self, out_dir: str | os.PathLike, *, extra: dict | None = None) -> Path:
         """Write the vocabulary's files into a model directory."""
+
+
+class PieceVocabulary:
+    """What both vocabulary classes share, written once on top of their own `encode_batch_packed`.
+
+    A subclass sets `_pieces` (piece strings by id), `_word_start` (bool per piece) and
+    `special_ids`, and implements `encode_batch_packed`; everything below follows from those.
+    """
+
+    _pieces: list[str]
+    _word_start: np.ndarray
+    special_ids: SpecialIds
+
+    def encode_batch_packed(self, texts: Sequence[str], *, word_starts: bool = True
+                            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of pieces, special tokens included."""
+        return len(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    @property
+    def word_start_table(self) -> np.ndarray:
+        """bool [vocab_size]: whether a piece can begin a word (its context decides in Chinese mode)."""
+        return self._word_start
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Pieces for ids (e.g. [2, 15] -> ["[CLS]", "▁the"])."""
+        return [self._pieces[int(i)] for i in ids]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode` for many texts (one call); int32 arrays."""
+        ids, _, offsets = self.encode_batch_packed(texts, word_starts=False)
+        return np.split(ids, offsets[1:-1]) if len(texts) else []
+
+    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`encode_with_word_starts` for many texts (one call)."""
+        if not len(texts):
+            return []
+        ids, starts, offsets = self.encode_batch_packed(texts)
+        return list(zip(np.split(ids, offsets[1:-1]), np.split(starts, offsets[1:-1])))
+
+    def encode(self, text: str) -> np.ndarray:
+        """Token ids of one text, without [CLS]/[SEP]: int32 [num_pieces]."""
+        return self.encode_batch_packed([text], word_starts=False)[0]
+
+    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids plus which of them begin a word, for whole-word masking: a whitespace-delimited
+        run, each special token on its own, and in Chinese mode a jieba word.
+
+        Returns:
+            (ids int32 [num_pieces], word_start bool [num_pieces]).
+        """
+        ids, starts, _ = self.encode_batch_packed([text])
+        return ids, starts
+
+    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
+
+        Returns:
+            (input_ids int32 [L], token_type_ids int32 [L]).
+        """
+        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
+        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
+
+    def _checked_ids(self, ids: Iterable[int]) -> list[int]:
+        """ids as ints, or a ValueError naming the first one outside the vocabulary (for `decode`)."""
+        ids = [int(i) for i in ids]
+        if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
+        return ids

@@ -21,10 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
+from albertlm.tokenizer.base import PieceVocabulary
 from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
 from albertlm.utils import atomic_write_bytes, atomic_write_text
-from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS, pair_inputs
+from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS
 
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer_config.json"
@@ -41,7 +42,7 @@ def clean_sentencepiece_error(exc: BaseException) -> str:
     return (m.group(2) or m.group(1)) if m else msg
 
 
-class Tokenizer:
+class Tokenizer(PieceVocabulary):
     """An ALBERT SentencePiece tokenizer plus its pre-processing options.
 
     Args:
@@ -177,23 +178,6 @@ class Tokenizer:
         self.__init__(state.pop("model_proto"), **state)
 
     # ---- vocabulary
-    @property
-    def vocab_size(self) -> int:
-        """Number of pieces, special tokens included."""
-        return len(self._pieces)
-
-    def __len__(self) -> int:
-        return len(self._pieces)
-
-    @property
-    def word_start_table(self) -> np.ndarray:
-        """bool [vocab_size]: whether a piece begins a word (outside Chinese mode)."""
-        return self._word_start
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        """Pieces for ids (e.g. [2, 15] -> ["[CLS]", "▁the"])."""
-        return [self._pieces[int(i)] for i in ids]
-
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         """Ids for pieces; unknown pieces map to <unk>'s id."""
         return [self._sp.piece_to_id(t) for t in tokens]
@@ -321,47 +305,6 @@ class Tokenizer:
             self._digit_comma_ids[piece_id] = cached
         return cached
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """`encode` for many texts (one multi-threaded call); int32 arrays."""
-        ids, _, offsets = self.encode_batch_packed(texts, word_starts=False)
-        return np.split(ids, offsets[1:-1]) if len(texts) else []
-
-    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """`encode_with_word_starts` for many texts (one multi-threaded call)."""
-        if not len(texts):
-            return []
-        ids, starts, offsets = self.encode_batch_packed(texts)
-        return list(zip(np.split(ids, offsets[1:-1]), np.split(starts, offsets[1:-1])))
-
-    def encode(self, text: str) -> np.ndarray:
-        """Token ids of one text, without [CLS]/[SEP].
-
-        Returns:
-            int32 [num_pieces].
-        """
-        return self.encode_batch_packed([text], word_starts=False)[0]
-
-    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids plus which of them begin a word (for whole-word masking).
-
-        A word is a whitespace-delimited run (its first piece carries SentencePiece's "▁"); each
-        special token is a word of its own; in Chinese mode a word is a jieba word.
-
-        Returns:
-            (ids int32 [num_pieces], word_start bool [num_pieces]).
-        """
-        ids, starts, _ = self.encode_batch_packed([text])
-        return ids, starts
-
-    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
-
-        Returns:
-            (input_ids int32 [L], token_type_ids int32 [L]).
-        """
-        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
-        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
-
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         """Text for ids (of the pre-processed text: lower-cased etc. as the tokenizer saw it).
 
@@ -369,9 +312,7 @@ class Tokenizer:
             ids: token ids.
             skip_special_tokens: drop <pad>/[CLS]/[SEP]/[MASK]; otherwise they appear as text.
         """
-        ids = [int(i) for i in ids]
-        if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
+        ids = self._checked_ids(ids)
         parts: list[str] = []  # SentencePiece decodes control symbols to "": keep them apart
         s = self.special_ids
         for special, run in groupby(ids, key=lambda i: i in (s.pad, s.cls, s.sep, s.mask)):

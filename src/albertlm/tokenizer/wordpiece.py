@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
+from albertlm.tokenizer.base import PieceVocabulary
 from albertlm.tokenizer.chinese import CJK_GAP_RE, HAN_RE, jieba
 from albertlm.utils import atomic_write_text
-from albertlm.vocab import SpecialIds, pair_inputs
+from albertlm.vocab import SpecialIds
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "tokenizer_config.json"
@@ -61,7 +62,7 @@ def read_vocab_file(path: Path) -> list[str]:
     return lines
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(PieceVocabulary):
     """A BERT WordPiece vocabulary with the `Vocabulary` interface (tokenizer/base.py).
 
     Args:
@@ -172,23 +173,6 @@ class WordPieceTokenizer:
         self.__init__(state.pop("pieces"), **state)
 
     # ---- vocabulary
-    @property
-    def vocab_size(self) -> int:
-        """Number of entries (lines of vocab.txt), special tokens included."""
-        return len(self._pieces)
-
-    def __len__(self) -> int:
-        return len(self._pieces)
-
-    @property
-    def word_start_table(self) -> np.ndarray:
-        """bool [vocab_size]: whether a piece begins a word (not a `##` continuation)."""
-        return self._word_start
-
-    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-        """Pieces for ids (e.g. [101, 791] -> ["[CLS]", "今"])."""
-        return [self._pieces[int(i)] for i in ids]
-
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         """Ids for pieces; unknown pieces map to [UNK]'s id."""
         return [self._ids.get(t, self.special_ids.unk) for t in tokens]
@@ -237,11 +221,6 @@ class WordPieceTokenizer:
             starts = self._word_start[ids]
         return ids, starts, offsets
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """`encode` for many texts (one multi-threaded call); int32 arrays."""
-        ids, _, offsets = self.encode_batch_packed(texts, word_starts=False)
-        return np.split(ids, offsets[1:-1]) if len(texts) else []
-
     def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, list[tuple[int, int]]]]:
         """Ids and each piece's character span [start, end) in its original text (exact, from tokenizers).
 
@@ -250,31 +229,6 @@ class WordPieceTokenizer:
         """
         return [(np.asarray(e.ids, dtype=np.int32), [tuple(o) for o in e.offsets]) for e in self._encodings(texts)]
 
-    def encode_batch_with_word_starts(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """`encode_with_word_starts` for many texts."""
-        if not len(texts):
-            return []
-        ids, starts, offsets = self.encode_batch_packed(texts)
-        return list(zip(np.split(ids, offsets[1:-1]), np.split(starts, offsets[1:-1])))
-
-    def encode(self, text: str) -> np.ndarray:
-        """Token ids of one text, without [CLS]/[SEP]: int32 [num_pieces]."""
-        return self.encode_batch_packed([text], word_starts=False)[0]
-
-    def encode_with_word_starts(self, text: str) -> tuple[np.ndarray, np.ndarray]:
-        """(ids int32 [n], word_start bool [n]) of one text (for whole-word masking)."""
-        ids, starts, _ = self.encode_batch_packed([text])
-        return ids, starts
-
-    def build_inputs(self, a: Sequence[int], b: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with token types 0 then 1.
-
-        Returns:
-            (input_ids int32 [L], token_type_ids int32 [L]).
-        """
-        pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
-        return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
-
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
         """Text for ids (normalised as the tokenizer saw it: lower-cased etc.); `##` pieces joined.
 
@@ -282,9 +236,7 @@ class WordPieceTokenizer:
             ids: token ids.
             skip_special_tokens: drop [PAD]/[CLS]/[SEP]/[MASK]; otherwise they appear as text.
         """
-        ids = [int(i) for i in ids]
-        if bad := [i for i in ids if not 0 <= i < self.vocab_size]:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
+        ids = self._checked_ids(ids)
         tokens = [self._pieces[i] for i in ids if not (skip_special_tokens and i in self._specials)]
         text = self._tok.decoder.decode(tokens) if tokens else ""
         return CJK_GAP_RE.sub("", text) if self.chinese else text
