@@ -117,7 +117,7 @@ def first_step(model: torch.nn.Module, features: list) -> dict:
     for name, p in model.named_parameters():
         group = name.split(".")[1] if name.startswith("albert.") else name.split(".")[0]
         groups[group] = groups.get(group, 0.0) + (float(p.grad.pow(2).sum()) if p.grad is not None else 0.0)
-    weights = {n: round(float(p.norm()), 2) for n, p in model.named_parameters()
+    weights = {n: round(float(p.detach().norm()), 2) for n, p in model.named_parameters()
                if n.endswith(("word.weight", "project.weight", "qkv.weight", "up.weight", "pooler.weight"))}
     return {"loss": round(float(out.loss), 4), "grad_norms": {k: round(v ** 0.5, 4) for k, v in groups.items()},
             "weight_norms": weights}
