@@ -119,7 +119,7 @@ def first_step(model: torch.nn.Module, features: list) -> dict:
         groups[group] = groups.get(group, 0.0) + (float(p.grad.pow(2).sum()) if p.grad is not None else 0.0)
     weights = {n: round(float(p.detach().norm()), 2) for n, p in model.named_parameters()
                if n.endswith(("word.weight", "project.weight", "qkv.weight", "up.weight", "pooler.weight"))}
-    return {"loss": round(float(out.loss), 4), "grad_norms": {k: round(v ** 0.5, 4) for k, v in groups.items()},
+    return {"loss": round(float(out.loss.detach()), 4), "grad_norms": {k: round(v ** 0.5, 4) for k, v in groups.items()},
             "weight_norms": weights}
 
 
