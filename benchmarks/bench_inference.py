@@ -167,7 +167,8 @@ def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, on
     close = [n for n in rows if acc(n) >= fp32 - 1.0 and not n.startswith("transformers")]
     best = max(close, key=lambda n: rows[n]["batch1_speedup_vs_transformers"])
     exit_ok = [p for p in patiences if acc(f"early exit, patience {p}") >= fp32 - 0.5]
-    fewer = max((layers / rows[f"early exit, patience {p}"]["average_layers"] for p in exit_ok), default=None)
+    # with no patience within 0.5 point, only full depth is: 1.0x fewer layers
+    fewer = max((layers / rows[f"early exit, patience {p}"]["average_layers"] for p in exit_ok), default=1.0)
     int8 = rows["ours fp32"]["batch1_latency_ms"] / rows["ours int8"]["batch1_latency_ms"]
     out = [
         Target(f"best row within 1 point of ours fp32 ({best}, {acc(best) - fp32:+.2f}): batch-1 speed-up vs "
@@ -217,7 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--combo-patience", type=int, default=2, help="patience of the int8 + early exit row")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None, help="append the table to this file")
+    p.add_argument("--render", type=Path, default=None, metavar="JSON",
+                   help="print the table of an earlier run (its targets recomputed from its rows) and exit")
     args = p.parse_args(argv)
+    if args.render:
+        result = json.loads(args.render.read_text())
+        patiences = sorted(int(n.rsplit(" ", 1)[1]) for n in result["rows"] if n.startswith("early exit"))
+        result["targets"] = targets(result["rows"], result["main_metric"], tuple(patiences), result["layers"],
+                                    result["onnx_initializer_bytes_over_parameter_bytes"])
+        print(markdown(result))
+        return 0
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):

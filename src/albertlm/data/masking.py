@@ -78,6 +78,10 @@ def mask_budget(num_maskable: int, masked_lm_prob: float, max_predictions: int) 
 def _choose_spans(tokens, word_start, rng, cdf, budget, special):
     """Pick disjoint whole-word n-gram spans of one sequence within the token budget.
 
+    One function on purpose (longer than our 60 lines): the tiling, the random visiting order and
+    the budget fitting described in the module docstring share one sequence's state, and read in
+    that order as the docstring tells them.
+
     Args:
         tokens: int32 [L] (no padding beyond L is looked at).
         word_start: bool [L].

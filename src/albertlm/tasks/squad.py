@@ -125,6 +125,9 @@ def squad_features(examples: Sequence[SquadExample], tokenizer, settings: Featur
                    train: bool = False) -> list[Feature]:
     """Windows over every context, each `[CLS] question [SEP] window [SEP]`.
 
+    One function on purpose (longer than our 60 lines): the windowing follows the official SQuAD
+    featurisation (doc_stride windows, the answer located in each) in the same order.
+
     Args:
         examples: the questions.
         tokenizer: an albertlm Tokenizer.

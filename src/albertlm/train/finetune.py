@@ -19,6 +19,7 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -399,36 +400,20 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         out_dir: the output directory (start_outputs made it).
         loss_fn, count_fn: the objective (head_objective, or another recipe's); a batch holds the
             padded inputs of the training features, whatever keys those carry.
-        device: the torch device.
-        progress: show a progress bar.
-        record: more entries for results.json (at least `model_dir`).
-        name: the recipe's name, for the progress bar.
+        device, progress: the torch device; whether to show a progress bar.
+        record, name: more entries for results.json (at least `model_dir`); the recipe's name (the bar's).
     Returns:
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
-    spec, r, train_f = run.spec, run.recipe, run.train_f
+    spec, r = run.spec, run.recipe
     optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
     logger = MetricsLogger(out_dir)
-    logger.log(0, "setup", {"task": spec.name, "train_examples": len(run.train_ex), "train_features": len(train_f),
-                            "dev_examples": len(run.dev_ex), "parameters": model.num_parameters(),
+    logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
                             **dataclasses.asdict(r)})
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=r.steps, desc=f"{name} {spec.name}", unit="step",
-                   dynamic_ncols=True)
     best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
     last: dict[str, float] = {}
-    state = {"bad_evals": 0, "order": np.zeros(0, dtype=np.int64)}
+    state = {"bad_evals": 0}
     start = time.perf_counter()
-
-    def batches(index: int) -> list[dict[str, torch.Tensor]]:
-        while len(state["order"]) < r.batch_size:  # a fresh shuffle per epoch, the remainder carried over
-            state["order"] = np.concatenate([state["order"], run.rng.permutation(len(train_f))])
-        idx, state["order"] = state["order"][:r.batch_size], state["order"][r.batch_size:]
-        return [to_device(pad_batch([train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
-                for k in range(0, len(idx), r.micro_batch_size)]
 
     def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str]:
         train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
@@ -447,28 +432,50 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         if best["value"] is None or value > best["value"]:
             best = {"value": value, "step": done, "metrics": last}
             state["bad_evals"] = 0
-            model.save_pretrained(out_dir)
-            tokenizer.save(out_dir)
-            spec.family.write(out_dir / f"predictions_dev{spec.family.suffix}", run.dev_ex, predictions)
+            _save_best(model, tokenizer, out_dir, run, predictions)
             return False
         state["bad_evals"] += 1
         return bool(r.patience and state["bad_evals"] >= r.patience)
 
     step = run_steps(model, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
-                     batches=batches, lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
+                     batches=_batcher(run, device), lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
                      count_fn=count_fn, ctx=DistContext(device=device),
                      settings=StepSettings(precision=r.precision, clip_norm=r.clip_norm), on_log=on_log,
-                     on_eval=on_eval, bar=bar)
-    if bar is not None:
-        bar.close()
+                     on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None)
     logger.close()
     results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
-               "last": last, "steps": step, "stopped_early": step < r.steps, "train_examples": len(run.train_ex),
-               "train_features": len(train_f), "dev_examples": len(run.dev_ex),
+               "last": last, "steps": step, "stopped_early": step < r.steps, **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def _save_best(model: nn.Module, tokenizer, out_dir: Path, run: TaskRun, predictions: list) -> None:
+    """The best checkpoint so far: the model, its tokenizer and its dev predictions."""
+    model.save_pretrained(out_dir)
+    tokenizer.save(out_dir)
+    run.spec.family.write(out_dir / f"predictions_dev{run.spec.family.suffix}", run.dev_ex, predictions)
+
+
+def _sizes(run: TaskRun) -> dict[str, int]:
+    return {"train_examples": len(run.train_ex), "train_features": len(run.train_f), "dev_examples": len(run.dev_ex)}
+
+
+def _batcher(run: TaskRun, device: torch.device) -> Callable[[int], list[dict[str, torch.Tensor]]]:
+    """Step index -> the step's micro-batches on `device`: a fresh shuffle of the training features
+    per epoch (the run's generator), the remainder of one epoch carried into the next."""
+    r, order = run.recipe, np.zeros(0, dtype=np.int64)
+
+    def batches(index: int) -> list[dict[str, torch.Tensor]]:
+        nonlocal order
+        while len(order) < r.batch_size:
+            order = np.concatenate([order, run.rng.permutation(len(run.train_f))])
+        idx, order = order[:r.batch_size], order[r.batch_size:]
+        return [to_device(pad_batch([run.train_f[i] for i in idx[k:k + r.micro_batch_size]]), device)
+                for k in range(0, len(idx), r.micro_batch_size)]
+
+    return batches
 
 
 def format_results(results: dict[str, Any]) -> str:

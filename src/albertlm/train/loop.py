@@ -203,7 +203,8 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
               count_fn: CountFn, ctx: DistContext, settings: StepSettings,
               on_log: Callable[[int, dict[str, Any], float, bool], dict[str, str] | None],
               on_eval: Callable[[int], bool] | None = None, on_checkpoint: Callable[[int], None] | None = None,
-              scaler: torch.amp.GradScaler | None = None, bar=None, stop_after: int | None = None) -> int:
+              scaler: torch.amp.GradScaler | None = None, progress: str | None = None,
+              stop_after: int | None = None) -> int:
     """The outer training loop every recipe shares.
 
     For each step from `start` to `cadence.steps`: take the step's micro-batches, train
@@ -219,12 +220,28 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
             collectives, e.g. counting tokens).
         on_eval: steps done -> True to stop early (fine-tuning's patience).
         on_checkpoint: steps done -> None; runs on every rank (gathering state is collective).
-        bar: a tqdm bar (main rank) or None.
+        progress: the progress bar's description, None for no bar (pass None on all but the main rank).
         stop_after: stop after this many steps in this call, without the final step's work; tests
             use it to simulate an interrupted run.
     Returns:
         The number of steps done.
     """
+    bar = None
+    if progress is not None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cadence.steps, initial=start, desc=progress, unit="step", dynamic_ncols=True)
+    try:
+        return _run(model, optimizer, start, cadence, batches, lr, loss_fn, count_fn, ctx, settings, on_log, on_eval,
+                    on_checkpoint, scaler, bar, stop_after)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _run(model, optimizer, start, cadence, batches, lr, loss_fn, count_fn, ctx, settings, on_log, on_eval,
+         on_checkpoint, scaler, bar, stop_after) -> int:
+    """run_steps' loop, with its progress bar (or None)."""
     step, done = start, 0
     while step < cadence.steps:
         current_lr = lr(step)

@@ -299,20 +299,14 @@ def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model:
     and checkpoints. Returns (steps done, tokens seen, the last held-out metrics, the start time)."""
     hooks = _RunHooks(recipe, run_dir, ctx, model, optimizer, datasets, baselines, tokens_seen, elapsed_before)
     hooks.log_setup(step, settings.precision)
-    bar = None
-    if progress and ctx.is_main:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=recipe.steps, initial=step, desc="pretrain", unit="step", dynamic_ncols=True)
     model.train()
     hooks.start = time.perf_counter()
     step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
                      loss_fn=functools.partial(_loss, mask_id=hooks.special.mask), count_fn=_counts, ctx=ctx,
                      settings=settings, scaler=scaler, on_log=hooks.on_log, on_eval=hooks.on_eval,
-                     on_checkpoint=hooks.on_checkpoint, bar=bar, stop_after=stop_after)
-    if bar is not None:
-        bar.close()
+                     on_checkpoint=hooks.on_checkpoint, progress="pretrain" if progress and ctx.is_main else None,
+                     stop_after=stop_after)
     hooks.logger.close()
     return step, hooks.tokens_seen, hooks.eval_metrics, hooks.start
 
