@@ -1,1 +1,4 @@
-"""Interop with other ALBERT formats: `hf` (transformers directories with a SentencePiece vocabulary), `tf_bundle` (TF1 checkpoints, read and written without TensorFlow; `sstable` is its table and protobuf layer)."""
+"""Interop with the other ALBERT formats: `hf` (transformers directories), `tf` (the key tables of
+Google's TF1 / TF-Hub checkpoints and of brightmart/albert_zh's layout), `tf_bundle` (TF1
+checkpoints read and written without TensorFlow; `sstable` is its table and protobuf layer),
+`convert` (`albertlm convert`), `onnx` (`albertlm export`, each shared tensor stored once)."""
