@@ -45,18 +45,11 @@ def write_sst(d: Path, seed: int = 0, n_train: int = 240, n_dev: int = 60) -> Pa
 
 
 def write_stsb(d: Path, seed: int = 0) -> Path:
-    """STS-B-shaped files: the score counts the positive words of the first sentence."""
-    r = random.Random(seed)
+    """STS-B-shaped files (test_finetune's): the score counts the positive words of the first sentence."""
+    from test_finetune import write_stsb as write_stsb_rows
+
     d.mkdir(parents=True, exist_ok=True)
-    head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
-    for split, n in (("train", 200), ("dev", 40)):
-        rows = [head]
-        for i in range(n):
-            k = r.randint(0, 3)
-            words = r.sample(POS, k) + r.choices(FILL, k=5 - k)
-            r.shuffle(words)
-            rows.append(f"{i}\tmain\tx\t2012\t{i}\tnone\tnone\t{' '.join(words)}\t{_sentence(r, 1)}\t{k * 1.5:.3f}")
-        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    write_stsb_rows(d, random.Random(seed))
     return d
 
 
@@ -229,7 +222,7 @@ def test_regression_and_unlabelled_text(world, tmp_path):
     text.write_text("good great fun .\tthe movie\n\nbad dull film .\tthe plot\nsuperb .\tit\n")
     results = distill("sts-b", tmp_path / "teacher", "test", data, tmp_path / "student",
                       FinetuneRecipe(steps=30, **RECIPE), DistillSettings(unlabelled=str(text)), progress=False)
-    assert results["distillation"]["unlabelled_features"] == 3 and results["train_features"] == 203
+    assert results["distillation"]["unlabelled_features"] == 3 and results["train_features"] == 303
     losses = [r["loss"] for r in read_metrics(tmp_path / "student" / "metrics.jsonl") if r["split"] == "train"]
     assert all(math.isfinite(x) for x in losses) and np.mean(losses[-5:]) < np.mean(losses[:5])
     config = json.loads((tmp_path / "student" / "config.json").read_text())
