@@ -164,15 +164,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         `patience` "early_exit": {"patience", "layers", "average_layers", "speedup", "exits_per_layer"},
         counted per input feature.
     """
-    _check_patience(patience, regression_threshold)
-    if batch_size < 1:
-        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
-    if max_answer_length is not None and max_answer_length < 1:
-        raise AlbertlmError(f"--max-answer-length must be at least 1, got {max_answer_length}")
-    if max_examples is not None and max_examples < 1:
-        raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
-    if predictions is not None:
-        check_writable(Path(predictions), "--predictions")
+    _check_evaluate_settings(patience, regression_threshold, batch_size, max_answer_length, max_examples, predictions)
     model, config, tokenizer = load_finetuned(model_dir, device, int8)
     task = task or config.extra.get("finetuning_task")
     if not task:
@@ -202,6 +194,21 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     if patience is not None:
         result["early_exit"] = exit_summary(outputs["exit_layers"], patience, config.num_layer_calls)
     return result
+
+
+def _check_evaluate_settings(patience: int | None, regression_threshold: float, batch_size: int,
+                             max_answer_length: int | None, max_examples: int | None,
+                             predictions: str | Path | None) -> None:
+    """evaluate_dir's settings, each refused with one line before any work."""
+    _check_patience(patience, regression_threshold)
+    if batch_size < 1:
+        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    if max_answer_length is not None and max_answer_length < 1:
+        raise AlbertlmError(f"--max-answer-length must be at least 1, got {max_answer_length}")
+    if max_examples is not None and max_examples < 1:
+        raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
+    if predictions is not None:
+        check_writable(Path(predictions), "--predictions")
 
 
 def check_writable(path: Path, flag: str) -> None:
