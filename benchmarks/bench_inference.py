@@ -45,7 +45,7 @@ from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # 
 from albertlm.tasks.registry import get_task  # noqa: E402
 from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
 from albertlm.train.inference import _labels, _settings, load_finetuned, prepack_for_cpu  # noqa: E402
-from harness import append_markdown, machine  # noqa: E402
+from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "inference"
@@ -158,8 +158,6 @@ def onnx_size_ratio(path: Path, model: torch.nn.Module) -> float:
 
 def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, onnx_ratio: float) -> list[dict]:
     """The targets, each with its measured value (None where the accuracy condition fails)."""
-    from harness import Target
-
     def acc(name: str) -> float:
         return 100 * rows[name]["metrics"][metric]
 
@@ -184,8 +182,6 @@ def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, on
 
 
 def markdown(result: dict) -> str:
-    from harness import targets_markdown
-
     m = result["machine"]
     lines = [f"## Cheaper inference, one table: {result['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
              f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). {result['task']} dev: "

@@ -20,6 +20,15 @@ def _seed_and_threads():
     yield
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models are fastest on one thread (and do not fight parallel test processes)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture
 def shared_data() -> Path:
     """The real task data folder, or skip the test when it is absent (a plain clone has none)."""

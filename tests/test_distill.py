@@ -66,14 +66,6 @@ def _pretrained(path: Path, vocab_size: int, seed: int = 0) -> Path:
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
 def world(tmp_path_factory, one_thread) -> dict[str, Path]:
     """A tiny random 'pretrained' model, the task data, and a teacher fine-tuned on it (~0.9+ dev accuracy)."""
     root = tmp_path_factory.mktemp("distill")

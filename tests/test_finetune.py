@@ -45,15 +45,6 @@ def _corpus() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """Tiny models are fastest on one thread (and do not fight parallel test processes)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, one_thread) -> Path:
     """A randomly initialised tiny AlbertForPreTraining with a ~100-piece vocabulary trained here."""
     path = tmp_path_factory.mktemp("pretrained")

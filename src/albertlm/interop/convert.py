@@ -25,14 +25,15 @@ from albertlm.errors import AlbertlmError
 from albertlm.interop import tf as tfmap
 from albertlm.interop.hf import CONFIG_NAME, PYTORCH_NAME, SAFETENSORS_INDEX_NAME, SAFETENSORS_NAME
 from albertlm.model import AlbertForPreTraining
+from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, VOCAB_FILE
 from albertlm.utils import atomic_write_text
 
 TF_PREFIX_NAME = "model.ckpt"
 """Prefix of the TF1 checkpoint `to="tf"` writes."""
 TF_CONFIG_NAME = "albert_config.json"
-SPIECE_NAMES = ("spiece.model", "30k-clean.model")
+SPIECE_NAMES = (MODEL_FILE, "30k-clean.model")
 """SentencePiece vocabularies: ours / transformers', and the name in Google's releases."""
-WORDPIECE_NAMES = ("vocab.txt", "vocab_chinese.txt")
+WORDPIECE_NAMES = (VOCAB_FILE, "vocab_chinese.txt")
 """WordPiece vocabularies: BERT's and albert_zh's name, and Google's Chinese release."""
 
 
@@ -219,10 +220,10 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
     write_checkpoint(dst / TF_PREFIX_NAME, variables)
     atomic_write_text(dst / TF_CONFIG_NAME, config_json)
     if vocabulary is not None:
-        shutil.copyfile(vocabulary, dst / ("spiece.model" if vocabulary.suffix == ".model" else "vocab.txt"))
-        options = vocabulary.parent / "tokenizer_config.json"
+        shutil.copyfile(vocabulary, dst / (MODEL_FILE if vocabulary.suffix == ".model" else VOCAB_FILE))
+        options = vocabulary.parent / CONFIG_FILE
         if options.is_file():  # keeps the tokenizer's settings (lower-casing, the digit-comma rule) for the way back
-            shutil.copyfile(options, dst / "tokenizer_config.json")
+            shutil.copyfile(options, dst / CONFIG_FILE)
     return sorted(p.name for p in dst.iterdir() if p.is_file())
 
 
@@ -242,15 +243,15 @@ def write_hf_tokenizer(vocabulary: Path, dst: Path, google: bool = False) -> lis
     if vocabulary.suffix == ".model":
         from albertlm.tokenizer import Tokenizer
 
-        beside = vocabulary.parent / "tokenizer_config.json"
-        source = vocabulary.parent if vocabulary.name == "spiece.model" and beside.is_file() else vocabulary
+        beside = vocabulary.parent / CONFIG_FILE
+        source = vocabulary.parent if vocabulary.name == MODEL_FILE and beside.is_file() else vocabulary
         stated = source == vocabulary.parent and "split_digit_comma" in _albertlm_options(beside)
         Tokenizer.load(source, **({} if stated else {"split_digit_comma": google})).save(dst)
-        return ["spiece.model", "tokenizer_config.json"]
+        return [MODEL_FILE, CONFIG_FILE]
     from albertlm.tokenizer.wordpiece import WordPieceTokenizer
 
     WordPieceTokenizer.load(vocabulary).save(dst)  # BertTokenizer's defaults: lower-cased
-    return ["vocab.txt", "tokenizer_config.json"]
+    return [VOCAB_FILE, CONFIG_FILE]
 
 
 def _albertlm_options(path: Path) -> dict:
@@ -334,7 +335,7 @@ def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, n
     model.save_pretrained(tmp)
     if vocabulary is not None:
         write_hf_tokenizer(vocabulary, tmp, google)
-        if _albertlm_options(tmp / "tokenizer_config.json").get("split_digit_comma"):
+        if _albertlm_options(tmp / CONFIG_FILE).get("split_digit_comma"):
             notes.append("Google's digit-comma rule is on (albertlm.split_digit_comma in tokenizer_config.json): "
                          "albertlm splits '7,' as Google's tokenizer did; transformers' AlbertTokenizer does not")
     if not transformers_can_load(model.config):

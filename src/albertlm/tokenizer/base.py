@@ -10,6 +10,7 @@ answering uses it when present and aligns piece surfaces otherwise.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,7 +18,12 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from albertlm.errors import AlbertlmError
+from albertlm.utils import atomic_write_bytes, atomic_write_text
 from albertlm.vocab import SpecialIds, pair_inputs
+
+CONFIG_FILE = "tokenizer_config.json"
+"""Every vocabulary's settings file (transformers' name), beside its vocabulary file."""
 
 
 @runtime_checkable
@@ -129,6 +135,21 @@ class PieceVocabulary:
         """
         pair = pair_inputs(np.asarray(a), None if b is None else np.asarray(b), self.special_ids)
         return pair["input_ids"].astype(np.int32), pair["token_type_ids"].astype(np.int32)
+
+    @staticmethod
+    def _write(out_dir: str | os.PathLike, vocabulary_file: str, data: bytes, config: dict) -> Path:
+        """`save`'s writing: the vocabulary file and tokenizer_config.json, each atomically, into
+        `out_dir`; one line naming the directory when it cannot be written."""
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise AlbertlmError(f"{out}: exists and is not a directory")
+        try:
+            atomic_write_bytes(out / vocabulary_file, data)
+            atomic_write_text(out / CONFIG_FILE,
+                              json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
+        return out
 
     def _checked_ids(self, ids: Iterable[int]) -> list[int]:
         """ids as ints, or a ValueError naming the first one outside the vocabulary (for `decode`)."""

@@ -21,14 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tokenizer.base import PieceVocabulary
+from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary
 from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
-from albertlm.utils import atomic_write_bytes, atomic_write_text
 from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS
 
 MODEL_FILE = "spiece.model"
-CONFIG_FILE = "tokenizer_config.json"
 CONFIG_VERSION = 1
 _META = "\u2581"  # SentencePiece's word-boundary mark "▁"
 _SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
@@ -151,9 +149,6 @@ class Tokenizer(PieceVocabulary):
         `keep_accents`), so `AlbertTokenizer.from_pretrained(out_dir)` and `AutoTokenizer` work;
         our own fields live under "albertlm".
         """
-        out = Path(out_dir)
-        if out.exists() and not out.is_dir():
-            raise AlbertlmError(f"{out}: exists and is not a directory")
         config = {
             "tokenizer_class": "AlbertTokenizer", "do_lower_case": self.do_lower_case,
             "keep_accents": self.keep_accents, "model_max_length": 512,
@@ -161,12 +156,7 @@ class Tokenizer(PieceVocabulary):
                          "split_digit_comma": self.split_digit_comma, "vocab_size": self.vocab_size,
                          **(extra or {})},
         }
-        try:
-            atomic_write_bytes(out / MODEL_FILE, self._proto)
-            atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
-        except OSError as exc:
-            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
-        return out
+        return self._write(out_dir, MODEL_FILE, self._proto, config)
 
     def __getstate__(self) -> dict:  # picklable for DataLoader workers
         return {"model_proto": self._proto, "do_lower_case": self.do_lower_case,

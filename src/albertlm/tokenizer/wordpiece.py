@@ -27,13 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tokenizer.base import PieceVocabulary
+from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary
 from albertlm.tokenizer.chinese import CJK_GAP_RE, HAN_RE, jieba
-from albertlm.utils import atomic_write_text
 from albertlm.vocab import SpecialIds
 
 VOCAB_FILE = "vocab.txt"
-CONFIG_FILE = "tokenizer_config.json"
 CONFIG_VERSION = 1
 MAX_CHARS_PER_WORD = 100
 """Longer words become [UNK] (BERT's max_input_chars_per_word)."""
@@ -145,9 +143,6 @@ class WordPieceTokenizer(PieceVocabulary):
         the special tokens), so `BertTokenizer.from_pretrained(out_dir)` and `AutoTokenizer` work;
         our own fields live under "albertlm".
         """
-        out = Path(out_dir)
-        if out.exists() and not out.is_dir():
-            raise AlbertlmError(f"{out}: exists and is not a directory")
         config = {
             "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
             "strip_accents": self.strip_accents, "tokenize_chinese_chars": self.tokenize_chinese_chars,
@@ -156,12 +151,7 @@ class WordPieceTokenizer(PieceVocabulary):
             "albertlm": {"format_version": CONFIG_VERSION, "vocabulary": "wordpiece", "chinese": self.chinese,
                          "vocab_size": self.vocab_size, **(extra or {})},
         }
-        try:
-            atomic_write_text(out / VOCAB_FILE, "".join(p + "\n" for p in self._pieces))
-            atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        except OSError as exc:
-            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
-        return out
+        return self._write(out_dir, VOCAB_FILE, "".join(p + "\n" for p in self._pieces).encode("utf-8"), config)
 
     def __getstate__(self) -> dict:  # picklable for DataLoader workers
         return {"pieces": self._pieces, "do_lower_case": self.do_lower_case, "strip_accents": self.strip_accents,

@@ -198,6 +198,21 @@ class Cadence:
         return every is not None and (step % every == 0 or step == self.steps)
 
 
+@contextlib.contextmanager
+def _progress_bar(desc: str | None, total: int, initial: int):
+    """A tqdm bar for run_steps, closed however the loop ends; None without a description."""
+    if desc is None:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int, cadence: Cadence,
               batches: Callable[[int], Sequence[Batch]], lr: Callable[[int], float], loss_fn: LossFn,
               count_fn: CountFn, ctx: DistContext, settings: StepSettings,
@@ -226,41 +241,26 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
     Returns:
         The number of steps done.
     """
-    bar = None
-    if progress is not None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cadence.steps, initial=start, desc=progress, unit="step", dynamic_ncols=True)
-    try:
-        return _run(model, optimizer, start, cadence, batches, lr, loss_fn, count_fn, ctx, settings, on_log, on_eval,
-                    on_checkpoint, scaler, bar, stop_after)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _run(model, optimizer, start, cadence, batches, lr, loss_fn, count_fn, ctx, settings, on_log, on_eval,
-         on_checkpoint, scaler, bar, stop_after) -> int:
-    """run_steps' loop, with its progress bar (or None)."""
     step, done = start, 0
-    while step < cadence.steps:
-        current_lr = lr(step)
-        m = train_step(model, optimizer, batches(step), lr=current_lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
-                       settings=settings, scaler=scaler)
-        step += 1
-        done += 1
-        postfix = on_log(step, m, current_lr, cadence.due(step, cadence.log_every))
-        if bar is not None:
-            if postfix:
-                bar.set_postfix(**postfix)
-            bar.update(1)
-        evaluate, save = on_eval is not None and cadence.due(step, cadence.eval_every), (
-            on_checkpoint is not None and cadence.due(step, cadence.checkpoint_every))
-        if evaluate or save:
-            assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
-        stop = on_eval(step) if evaluate else False
-        if save:
-            on_checkpoint(step)
-        if stop or (stop_after is not None and done >= stop_after and step < cadence.steps):
-            break
+    with _progress_bar(progress, cadence.steps, start) as bar:
+        while step < cadence.steps:
+            current_lr = lr(step)
+            m = train_step(model, optimizer, batches(step), lr=current_lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
+                           settings=settings, scaler=scaler)
+            step += 1
+            done += 1
+            postfix = on_log(step, m, current_lr, cadence.due(step, cadence.log_every))
+            if bar is not None:
+                if postfix:
+                    bar.set_postfix(**postfix)
+                bar.update(1)
+            evaluate, save = on_eval is not None and cadence.due(step, cadence.eval_every), (
+                on_checkpoint is not None and cadence.due(step, cadence.checkpoint_every))
+            if evaluate or save:
+                assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
+            stop = on_eval(step) if evaluate else False
+            if save:
+                on_checkpoint(step)
+            if stop or (stop_after is not None and done >= stop_after and step < cadence.steps):
+                break
     return step

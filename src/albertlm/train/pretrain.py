@@ -300,7 +300,6 @@ def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model:
     hooks = _RunHooks(recipe, run_dir, ctx, model, optimizer, datasets, baselines, tokens_seen, elapsed_before)
     hooks.log_setup(step, settings.precision)
     model.train()
-    hooks.start = time.perf_counter()
     step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
                      loss_fn=functools.partial(_loss, mask_id=hooks.special.mask), count_fn=_counts, ctx=ctx,

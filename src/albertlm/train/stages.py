@@ -72,6 +72,8 @@ def copy_tokenizer(source: str | Path, tok_dir: Path) -> None:
 def check_stages(recipe: PretrainRecipe, run_dir: Path) -> None:
     """Refuse (one line: saved vs new values and the fix) to reuse a tokenizer or data build that a
     run directory holds from other settings."""
+    from albertlm.tokenizer import CONFIG_FILE
+
     problems: list[str] = []
 
     def compare(stage: str, saved: dict[str, Any], wanted: dict[str, Any]) -> None:
@@ -84,8 +86,8 @@ def check_stages(recipe: PretrainRecipe, run_dir: Path) -> None:
     if (tok_dir / STAGE_FILE).exists():
         stage = read_json_object(tok_dir / STAGE_FILE)
         compare("tokenizer/", stage, _tokenizer_stage(recipe))
-    elif (tok_dir / "tokenizer_config.json").exists():  # placed there by hand: what its config records
-        saved = read_json_object(tok_dir / "tokenizer_config.json").get("albertlm", {})
+    elif (tok_dir / CONFIG_FILE).exists():  # placed there by hand: what its config records
+        saved = read_json_object(tok_dir / CONFIG_FILE).get("albertlm", {})
         compare("tokenizer/", {"vocab_size": saved["requested_vocab_size"]} if "requested_vocab_size" in saved else {},
                 {"vocab_size": recipe.vocab_size})
     vocab_sha = _vocabulary_sha256(tok_dir)
