@@ -16,10 +16,8 @@ from albertlm.cli import main
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import WordPieceTokenizer, load_vocabulary
 from albertlm.train.finetune import FinetuneRecipe, feature_settings, finetune
-import test_finetune
 from test_finetune import ANIMALS, CITIES, COLORS, FILL, NEG, PEOPLE, POS, VERBS, write_conll, write_squad, write_sst
 
-one_thread = test_finetune.one_thread  # the module-scoped fixture: tiny models run on one thread
 
 WORDS = POS + NEG + FILL + COLORS + ANIMALS + PEOPLE + CITIES + VERBS + ["what", "which", "color", "is", "to"]
 ENTRIES = (["[PAD]"] + [f"[unused{i}]" for i in range(1, 100)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
