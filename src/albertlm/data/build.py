@@ -33,9 +33,9 @@ from albertlm.data.instances import OBJECTIVES, create_block_instances
 from albertlm.data.masking import mask_instance
 from albertlm.data.shards import write_shard
 from albertlm.errors import AlbertlmError
-from albertlm.utils import check_field_types, sha256_file
+from albertlm.tokenizer import load_vocabulary, vocabulary_fingerprint
+from albertlm.utils import atomic_write_text, check_field_types, sha256_file
 from albertlm.vocab import IGNORE_INDEX
-from albertlm.utils import atomic_write_text
 
 SPLITS = ("train", "heldout")
 META_VERSION = 1
@@ -101,8 +101,6 @@ _TOKENIZER = None
 
 def _init_worker(tokenizer_dir: str, threads: int) -> None:
     global _TOKENIZER
-    from albertlm.tokenizer import load_vocabulary
-
     # Text that literally contains "[MASK]" is text, not a control token (as the official pipeline).
     _TOKENIZER = load_vocabulary(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
 
@@ -236,6 +234,36 @@ def _blocks(corpus: Corpus, s: BuildSettings) -> Iterator[tuple[int, int, list[l
                 count[split] += 1
 
 
+def _write_blocks(corpus: Corpus, tokenizer_dir: str | os.PathLike, settings: BuildSettings,
+                  writers: list[_ShardWriter], progress: bool) -> dict[str, int]:
+    """Turn every block of documents into rows (in worker processes unless workers == 1) and hand
+    them to their split's writer, in block order; returns the text token, sentence and document counts."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="data build", unit="doc", dynamic_ncols=True)
+    start = time.perf_counter()
+    counts = {"text_tokens": 0, "sentences": 0, "documents": 0}
+    jobs = ((sp, b, docs, settings) for sp, b, docs in _blocks(corpus, settings))
+    if settings.workers == 1:
+        _init_worker(str(tokenizer_dir), 1)
+        results: Iterator[dict] = map(_process_block, jobs)
+    else:
+        results = _parallel(jobs, str(tokenizer_dir), settings.workers)
+    for r in results:
+        writers[r["split"]].add(r["rows"])
+        for key in counts:
+            counts[key] += r[key]
+        if bar is not None:
+            bar.update(r["documents"])
+            bar.set_postfix(examples=sum(w.totals["examples"] + w.count for w in writers),
+                            tok_s=f"{counts['text_tokens'] / max(time.perf_counter() - start, 1e-9):,.0f}")
+    if bar is not None:
+        bar.close()
+    return counts
+
+
 def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike,
                   settings: BuildSettings = BuildSettings(), progress: bool = True) -> dict[str, Any]:
     """Build train and held-out shards from a corpus.
@@ -249,8 +277,6 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     Returns:
         The meta.json content: settings, counts per split, throughput, corpus statistics.
     """
-    from albertlm.tokenizer import load_vocabulary, vocabulary_fingerprint
-
     out_dir = Path(out_dir)
     if (out_dir / "meta.json").exists():
         raise AlbertlmError(f"{out_dir}: already holds a completed build (delete it to rebuild)")
@@ -264,30 +290,9 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
                   "masking": settings.masking, "max_predictions": settings.max_predictions,
                   "objective": settings.objective, "seed": settings.seed}
     writers = [_ShardWriter(out_dir, name, tok.vocab_size, settings, shard_meta) for name in SPLITS]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(desc="data build", unit="doc", dynamic_ncols=True)
     start = time.perf_counter()
-    text_tokens = sentences = documents = 0
-    jobs = ((sp, b, docs, settings) for sp, b, docs in _blocks(corpus, settings))
-    if settings.workers == 1:
-        _init_worker(str(tokenizer_dir), 1)
-        results: Iterator[dict] = map(_process_block, jobs)
-    else:
-        results = _parallel(jobs, str(tokenizer_dir), settings.workers)
-    for r in results:
-        writers[r["split"]].add(r["rows"])
-        text_tokens += r["text_tokens"]
-        sentences += r["sentences"]
-        documents += r["documents"]
-        if bar is not None:
-            bar.update(r["documents"])
-            bar.set_postfix(examples=sum(w.totals["examples"] + w.count for w in writers),
-                            tok_s=f"{text_tokens / max(time.perf_counter() - start, 1e-9):,.0f}")
-    if bar is not None:
-        bar.close()
+    counts = _write_blocks(corpus, tokenizer_dir, settings, writers, progress)
+    text_tokens, sentences, documents = counts["text_tokens"], counts["sentences"], counts["documents"]
     if documents == 0:
         raise AlbertlmError(f"{corpus_spec}: the corpus has no documents ({format_corpus_stats(corpus.stats)})")
     for w in writers:

@@ -235,6 +235,59 @@ def _infer_arch(sd: Mapping[str, torch.Tensor], config: AlbertConfig) -> str:
     raise AlbertlmError("to_hf_state_dict: the keys match no known model class; pass arch=")
 
 
+def _normalise_hf_keys(hf_state_dict: Mapping[str, torch.Tensor], hf_prefix: str) -> dict[str, torch.Tensor]:
+    """The file's keys with the backbone under `hf_prefix`, id buffers and the tied decoder dropped."""
+    file_prefix = "albert." if any(k.startswith("albert.") for k in hf_state_dict) else ""
+    sd: dict[str, torch.Tensor] = {}
+    for key, tensor in hf_state_dict.items():
+        rel = key[len(file_prefix):] if key.startswith(file_prefix) else None
+        if rel is not None and rel.startswith(_BACKBONE_TOPS):
+            key = hf_prefix + rel
+        sd[key] = tensor
+    for name in _BUFFERS:
+        sd.pop(hf_prefix + name, None)
+    sd.pop("predictions.decoder.weight", None)  # tied to the word table, as transformers re-ties it
+    decoder_bias = sd.pop("predictions.decoder.bias", None)
+    if decoder_bias is not None:
+        sd.setdefault("predictions.bias", decoder_bias)
+    return sd
+
+
+def _take_rows(sd: Mapping[str, torch.Tensor], required: list[Row], optional: list[Row],
+               source: str) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """Our tensors for every table row present, shape-checked; returns (tensors, missing, missing optional)."""
+    out: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+    missing_optional: list[str] = []
+    for row, needed in [(r, True) for r in required] + [(r, False) for r in optional]:
+        absent = [n for n in row.hf if n not in sd]
+        if absent:
+            (missing if needed else missing_optional).extend(absent)
+            continue
+        for name in row.hf:
+            if tuple(sd[name].shape) != row.shape:
+                raise AlbertlmError(f"{source}: {name} has shape {list(sd[name].shape)}, "
+                                    f"the config implies {list(row.shape)}")
+        parts = [sd[n] for n in row.hf]
+        out[row.ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return out, missing, missing_optional
+
+
+def _report_key_problems(source: str, strict: bool, missing: list[str], unexpected: list[str],
+                         missing_optional: list[str]) -> None:
+    """Raise (strict) or warn for missing and unknown keys; always only warn for missing heads."""
+    for keys, what in ((missing, "missing key"), (unexpected, "unexpected key")):
+        if keys and strict:
+            raise AlbertlmError(_one_line(source, what, keys) + " (pass strict=False to load anyway)")
+        if keys:
+            warnings.warn(_one_line(source, what, keys), stacklevel=3)
+    if missing_optional:  # a handful of head keys: name them all
+        what = ("no SOP head, as in Google's released checkpoints" if
+                all(k.startswith("sop_classifier.") for k in missing_optional) else "no weights for the heads")
+        warnings.warn(f"{source}: {what} ({', '.join(missing_optional)}); left randomly initialised, "
+                      "train before trusting their outputs", stacklevel=3)
+
+
 def from_hf_state_dict(hf_state_dict: Mapping[str, torch.Tensor], config: AlbertConfig,
                        arch: str = "AlbertForPreTraining", pooler: bool = True, strict: bool = True,
                        source: str = "state dict") -> dict[str, torch.Tensor]:
@@ -261,49 +314,14 @@ def from_hf_state_dict(hf_state_dict: Mapping[str, torch.Tensor], config: Albert
         AlbertlmError: a shape that disagrees with the config (always), missing or unknown keys.
     """
     spec = _spec(arch)
-    file_prefix = "albert." if any(k.startswith("albert.") for k in hf_state_dict) else ""
-    sd: dict[str, torch.Tensor] = {}
-    for key, tensor in hf_state_dict.items():
-        rel = key[len(file_prefix):] if key.startswith(file_prefix) else None
-        if rel is not None and rel.startswith(_BACKBONE_TOPS):
-            key = spec.hf_prefix + rel
-        sd[key] = tensor
-    for name in _BUFFERS:
-        sd.pop(spec.hf_prefix + name, None)
-    sd.pop("predictions.decoder.weight", None)  # tied to the word table, as transformers re-ties it
-    decoder_bias = sd.pop("predictions.decoder.bias", None)
-    if decoder_bias is not None:
-        sd.setdefault("predictions.bias", decoder_bias)
-
+    sd = _normalise_hf_keys(hf_state_dict, spec.hf_prefix)
     required, optional = _rows(config, arch, pooler)
-    out: dict[str, torch.Tensor] = {}
-    missing: list[str] = []
-    missing_optional: list[str] = []
-    for row, needed in [(r, True) for r in required] + [(r, False) for r in optional]:
-        absent = [n for n in row.hf if n not in sd]
-        if absent:
-            (missing if needed else missing_optional).extend(absent)
-            continue
-        for name in row.hf:
-            if tuple(sd[name].shape) != row.shape:
-                raise AlbertlmError(f"{source}: {name} has shape {list(sd[name].shape)}, "
-                                    f"the config implies {list(row.shape)}")
-        parts = [sd[n] for n in row.hf]
-        out[row.ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    out, missing, missing_optional = _take_rows(sd, required, optional, source)
     known = {n for r in required + optional for n in r.hf}
     known |= {f"{spec.hf_prefix}pooler.weight", f"{spec.hf_prefix}pooler.bias"}  # a pooler we lack
     foreign = tuple(h for h in _HF_HEADS if not any(n.startswith(h) for n in known))  # other classes' heads
     unexpected = sorted(k for k in sd if k not in known and not k.startswith(foreign))
-    for keys, what in ((missing, "missing key"), (unexpected, "unexpected key")):
-        if keys and strict:
-            raise AlbertlmError(_one_line(source, what, keys) + " (pass strict=False to load anyway)")
-        if keys:
-            warnings.warn(_one_line(source, what, keys), stacklevel=2)
-    if missing_optional:  # a handful of head keys: name them all
-        what = ("no SOP head, as in Google's released checkpoints" if
-                all(k.startswith("sop_classifier.") for k in missing_optional) else "no weights for the heads")
-        warnings.warn(f"{source}: {what} ({', '.join(missing_optional)}); left randomly initialised, "
-                      "train before trusting their outputs", stacklevel=2)
+    _report_key_problems(source, strict, missing, unexpected, missing_optional)
     return out
 
 

@@ -102,6 +102,41 @@ def _rows_csv(path: Path) -> Iterator[tuple[int, list[str]]]:
             raise AlbertlmError(f"{path}:{reader.line_num}: CSV error: {exc}") from None
 
 
+def _header_index(path: Path, n: int, fields: list[str], columns: Columns) -> dict[str, int]:
+    """{column name: position} from a header row; every named text or id column must be there."""
+    index = {name.strip(): i for i, name in enumerate(fields)}
+    for name in (columns.text_a, columns.text_b, columns.guid):
+        if name is not None and name not in index:
+            raise AlbertlmError(f"{path}:{n}: no column {name!r} in the header ({', '.join(index)})")
+    return index
+
+
+def _positions(columns: Columns, index: dict[str, int]) -> tuple[int | None, ...]:
+    """The field positions of (text_a, text_b, label, guid): by header name, or given as numbers."""
+    def col(spec: str | int | None) -> int | None:
+        if spec is None:
+            return None
+        return index.get(spec) if columns.header else int(spec)
+
+    return col(columns.text_a), col(columns.text_b), col(columns.label), col(columns.guid)
+
+
+def _row_example(fields: list[str], n: int, positions: tuple[int | None, ...], width: int | None, kind: str,
+                 labels: Sequence[str] | None, split: str) -> TextExample:
+    """One row as an example; raises ValueError (the row's complaint) for a malformed row."""
+    ia, ib, il, ig = positions
+    needed = 1 + max(i for i in positions if i is not None)
+    if (width is not None and len(fields) != width) or len(fields) < needed:
+        raise ValueError(f"expected {width or needed} fields, found {len(fields)}")
+    text_a = fields[ia].strip()
+    text_b = fields[ib].strip() if ib is not None else None
+    if not text_a or (ib is not None and not text_b):
+        raise ValueError("empty text")
+    label = _convert_label(fields[il], kind, labels) if il is not None else None
+    guid = fields[ig].strip() if ig is not None else f"{split}-{n}"
+    return TextExample(guid, text_a, text_b, label)
+
+
 def read_table(path: str | Path, columns: Columns, *, kind: str = "single_label_classification",
                labels: Sequence[str] | None = None, split: str = "train", strict: bool = False,
                transform: Callable[[TextExample], TextExample] | None = None) -> list[TextExample]:
@@ -127,39 +162,19 @@ def read_table(path: str | Path, columns: Columns, *, kind: str = "single_label_
     errors = RowErrors(path, strict)
     rows = _rows_csv(path) if path.suffix == ".csv" else _rows_tsv(path, "\t")
     index: dict[str, int] = {}
-    width = None
+    width = positions = None
     examples: list[TextExample] = []
     for n, fields in rows:
         if columns.header and width is None:
-            index = {name.strip(): i for i, name in enumerate(fields)}
-            width = len(fields)
-            for name in (columns.text_a, columns.text_b, columns.guid):
-                if name is not None and name not in index:
-                    raise AlbertlmError(f"{path}:{n}: no column {name!r} in the header ({', '.join(index)})")
+            index, width = _header_index(path, n, fields, columns), len(fields)
             continue
-
-        def col(spec: str | int | None) -> int | None:
-            if spec is None:
-                return None
-            return index.get(spec) if columns.header else int(spec)
-
-        ia, ib, il, ig = col(columns.text_a), col(columns.text_b), col(columns.label), col(columns.guid)
-        needed = 1 + max(i for i in (ia, ib, il, ig) if i is not None)
-        if (width is not None and len(fields) != width) or len(fields) < needed:
-            errors(n, f"expected {width or needed} fields, found {len(fields)}")
-            continue
-        text_a = fields[ia].strip()
-        text_b = fields[ib].strip() if ib is not None else None
-        if not text_a or (ib is not None and not text_b):
-            errors(n, "empty text")
-            continue
+        if positions is None:
+            positions = _positions(columns, index)
         try:
-            label = _convert_label(fields[il], kind, labels) if il is not None else None
+            ex = _row_example(fields, n, positions, width, kind, labels, split)
         except ValueError as exc:
             errors(n, str(exc))
             continue
-        guid = fields[ig].strip() if ig is not None else f"{split}-{n}"
-        ex = TextExample(guid, text_a, text_b, label)
         examples.append(transform(ex) if transform else ex)
     errors.finish(len(examples))
     if not examples:

@@ -134,6 +134,50 @@ def _train_once(sentences: Iterator[str], vocab_size: int, *, do_lower_case: boo
     return model.getvalue(), fed
 
 
+def _check_train_args(sentences: object, vocab_size: int, input_sentence_size: int) -> None:
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise AlbertlmError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
+    if input_sentence_size <= 100:  # SentencePiece's own lower bound
+        raise AlbertlmError(f"input_sentence_size must be > 100, got {input_sentence_size}")
+    if isinstance(sentences, str):  # a lone string would be read as its characters
+        raise AlbertlmError(f"train_tokenizer takes sentences, not the string {sentences[:40]!r}; for a corpus "
+                            "SPEC pass Corpus(spec).sentences")
+
+
+def _detect_chinese(first: Iterator[str], log: Callable[[str], None]) -> tuple[bool, Iterator[str]]:
+    """Peek at the first 1,000 sentences, then put them back in front of the rest."""
+    head = list(islice(first, 1000))
+    chinese = looks_chinese(head)
+    if chinese:
+        log("notice: most characters are CJK ideographs; training in Chinese mode (one piece per character)")
+    return chinese, chain(head, first)
+
+
+def _train_fitting(source: Callable[[], Iterator[str]], first: Iterator[str], vocab_size: int, strict: bool,
+                   log: Callable[[str], None], options: dict) -> tuple[bytes, int, int]:
+    """Train at `vocab_size`; if the corpus supports fewer pieces, retrain at its maximum (or raise, `strict`).
+
+    Returns:
+        (model proto, sentences fed, the vocabulary size trained).
+    """
+    try:
+        proto, fed = _train_once(first, vocab_size, **options)
+        return proto, fed, vocab_size
+    except _VocabTooHigh as exc:
+        if strict:
+            raise AlbertlmError(f"vocab_size {vocab_size:,} is too large for this corpus; "
+                                f"it supports at most {exc.max_size:,}") from None
+        actual = exc.max_size
+    log(f"notice: vocab_size {vocab_size:,} is too large for this corpus; "
+        f"retraining with the largest size it supports, {actual:,}")
+    try:
+        proto, fed = _train_once(source(), actual, **options)
+    except _VocabTooHigh as again:  # the corpus changed between passes
+        raise AlbertlmError(f"vocab_size {actual:,} is still too large for this corpus; "
+                            f"try {again.max_size:,}") from None
+    return proto, fed, actual
+
+
 def train_tokenizer(sentences: Iterable[str] | Callable[[], Iterable[str]], out_dir: str | os.PathLike,
                     vocab_size: int = 30000, *, do_lower_case: bool = True, keep_accents: bool = False,
                     chinese: bool | None = None, strict: bool = False,
@@ -166,43 +210,17 @@ def train_tokenizer(sentences: Iterable[str] | Callable[[], Iterable[str]], out_
     Returns:
         a TrainResult.
     """
-    if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise AlbertlmError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
-    if input_sentence_size <= 100:  # SentencePiece's own lower bound
-        raise AlbertlmError(f"input_sentence_size must be > 100, got {input_sentence_size}")
+    _check_train_args(sentences, vocab_size, input_sentence_size)
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    num_threads = num_threads or min(16, os.cpu_count() or 1)
-    if isinstance(sentences, str):  # a lone string would be read as its characters
-        raise AlbertlmError(f"train_tokenizer takes sentences, not the string {sentences[:40]!r}; for a corpus "
-                            "SPEC pass Corpus(spec).sentences")
     source = _replayable(sentences)
     start = time.perf_counter()
     first = source()
-    if chinese is None:  # peek at the start of the corpus, then put it back in front
-        head = list(islice(first, 1000))
-        chinese = looks_chinese(head)
-        if chinese:
-            log("notice: most characters are CJK ideographs; training in Chinese mode "
-                "(one piece per character)")
-        first = chain(head, first)
+    if chinese is None:
+        chinese, first = _detect_chinese(first, log)
     options = dict(do_lower_case=do_lower_case, keep_accents=keep_accents, chinese=chinese,
                    character_coverage=character_coverage, input_sentence_size=input_sentence_size,
-                   num_threads=num_threads, seed=seed)
-    actual = vocab_size
-    try:
-        proto, fed = _train_once(first, vocab_size, **options)
-    except _VocabTooHigh as exc:
-        if strict:
-            raise AlbertlmError(f"vocab_size {vocab_size:,} is too large for this corpus; "
-                                f"it supports at most {exc.max_size:,}") from None
-        actual = exc.max_size
-        log(f"notice: vocab_size {vocab_size:,} is too large for this corpus; "
-            f"retraining with the largest size it supports, {actual:,}")
-        try:
-            proto, fed = _train_once(source(), actual, **options)
-        except _VocabTooHigh as again:  # the corpus changed between passes
-            raise AlbertlmError(f"vocab_size {actual:,} is still too large for this corpus; "
-                                f"try {again.max_size:,}") from None
+                   num_threads=num_threads or min(16, os.cpu_count() or 1), seed=seed)
+    proto, fed, actual = _train_fitting(source, first, vocab_size, strict, log, options)
     if fed > input_sentence_size:
         log(f"notice: SentencePiece sampled {input_sentence_size:,} of {fed:,} sentences "
             f"(raise input_sentence_size to use more)")
