@@ -9,12 +9,14 @@ Rows (all on the same fine-tuned weights, the model fine-tuned with `--early-exi
   - ours int8 (dynamic int8 Linear layers, `inference.quantize`, fbgemm kernels);
   - onnxruntime fp32 and int8 (`albertlm export --format onnx`, each shared tensor stored once);
   - early exit at patience 2, 3, 4 (`early_exit.patience_forward`, batched: exited rows leave the batch);
-  - the combination: int8 + early exit at --combo-patience.
+  - the combination: int8 + early exit at each --combo-patience.
 Columns: the task's dev accuracy (every dev example, batch 32), the average layers run, batch-1
 latency (median over the first --latency-examples dev examples, each at its own length), batch-32
 throughput (dev examples per second over the whole dev set, batches sorted by length, as
 evaluation runs them), and bytes on disk. Every variant is timed in alternation, round after round,
-so that load from other processes falls on all of them; medians are reported.
+so that load from other processes falls on all of them; medians are reported. With --second-model,
+every row is built again from a second task's model and scored on that task's dev set: two more
+columns (accuracy, layers run), not timed.
 
     python benchmarks/bench_inference.py --model runs/bench-early-exit/sst-2 --data DATA/SST-2 --threads 2
 
@@ -65,7 +67,7 @@ class Autocast(torch.nn.Module):
         return out
 
 
-def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...], combo: int
+def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...], combos: tuple[int, ...]
              ) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
     """{row name: runnable model}, {row name: bytes on disk}."""
     import transformers
@@ -92,8 +94,9 @@ def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...
     for p in patiences:
         runs[f"early exit, patience {p}"] = PatienceExit(exits, p)
         sizes[f"early exit, patience {p}"] = weights + heads
-    runs[f"int8 + early exit, patience {combo}"] = PatienceExit(int8_exits, combo)
-    sizes[f"int8 + early exit, patience {combo}"] = state_bytes(int8_exits)
+    for p in combos:
+        runs[f"int8 + early exit, patience {p}"] = PatienceExit(int8_exits, p)
+        sizes[f"int8 + early exit, patience {p}"] = state_bytes(int8_exits)
     return {name: model.eval() for name, model in runs.items()}, sizes
 
 
@@ -115,15 +118,34 @@ def accuracy_and_layers(runs: dict, spec, examples, features, labels, settings) 
     return out
 
 
-def measure(args: argparse.Namespace, tmp: Path) -> dict:
-    model_dir = Path(args.model)
+def dev_set(model_dir: Path, data: str, task: str | None):
+    """(spec, examples, features, labels, settings) of a fine-tuned model's task on every dev example."""
     _, config, tokenizer = load_finetuned(model_dir)
-    spec = get_task(args.task or config.extra.get("finetuning_task"))
-    examples = spec.read(args.data, "dev", False)
+    spec = get_task(task or config.extra.get("finetuning_task"))
+    examples = spec.read(data, "dev", False)
     labels = _labels(config)
     settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
     features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
-    runs, sizes = variants(model_dir, tmp, args.threads, tuple(args.patiences), args.combo_patience)
+    return spec, examples, features, labels, settings
+
+
+def second_task(args: argparse.Namespace, tmp: Path) -> dict:
+    """Every row's dev metrics and layers run on a second task's model (built the same way; not timed)."""
+    model_dir = Path(args.second_model)
+    spec, examples, features, labels, settings = dev_set(model_dir, args.second_data, args.second_task)
+    (tmp / "second").mkdir()
+    runs, _ = variants(model_dir, tmp / "second", args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    with torch.inference_mode():
+        quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
+    return {"task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
+            "model": str(model_dir), "rows": quality}
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> dict:
+    model_dir = Path(args.model)
+    config = load_finetuned(model_dir)[1]
+    spec, examples, features, labels, settings = dev_set(model_dir, args.data, args.task)
+    runs, sizes = variants(model_dir, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     singles = [batch_of([f]) for f in features[:args.latency_examples]]
@@ -141,7 +163,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
                       "batch32_examples_per_s": len(features) / t["batch32_s"],
                       "batch32_speedup_vs_transformers": base["batch32_s"] / t["batch32_s"]}
     onnx_ratio = onnx_size_ratio(tmp / "fp32.onnx", runs["ours fp32"])
-    return {"task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
+    second = second_task(args, tmp) if args.second_model else None
+    return {"second_task": second, "task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
             "latency_examples": len(singles), "layers": config.num_hidden_layers, "rows": rows,
             "onnx_initializer_bytes_over_parameter_bytes": onnx_ratio,
             "targets": targets(rows, spec.main_metric, tuple(args.patiences), config.num_hidden_layers, onnx_ratio)}
@@ -182,22 +205,32 @@ def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, on
 
 
 def markdown(result: dict) -> str:
-    m = result["machine"]
+    m, second = result["machine"], result.get("second_task")
+    extra_head = (f" {second['task']} dev {second['main_metric']} % | {second['task']} layers run |" if second else "")
     lines = [f"## Cheaper inference, one table: {result['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
              f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). {result['task']} dev: "
              f"{result['dev_examples']} examples; batch-1 latency: median over the first {result['latency_examples']}; "
-             f"a {result['layers']}-layer all-shared model fine-tuned with `--early-exit`. Raw numbers: "
-             f"`{result['json']}`.", "",
-             f"| row | dev {result['main_metric']} % | layers run | batch-1 ms | vs transformers | batch-32 ex/s | "
-             "vs transformers | MB on disk |", "|---|---|---|---|---|---|---|---|"]
-    for name, r in result["rows"].items():
-        layers = f"{r['average_layers']:.2f}" if r["average_layers"] is not None else str(result["layers"])
-        lines.append(f"| {name} | {100 * r['metrics'][result['main_metric']]:.2f} | {layers} | "
-                     f"{r['batch1_latency_ms']:.2f} | {r['batch1_speedup_vs_transformers']:.2f}x | "
-                     f"{r['batch32_examples_per_s']:.0f} | {r['batch32_speedup_vs_transformers']:.2f}x | "
-                     f"{r['bytes'] / 2**20:.1f} |")
-    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
+             f"a {result['layers']}-layer all-shared model fine-tuned with `--early-exit`"
+             + (f"; {second['task']} dev: {second['dev_examples']} examples on its own model of the same shape, "
+                f"`{second['model']}` (its rows' accuracy only, not timed)" if second else "")
+             + f". Raw numbers: `{result['json']}`.", "",
+             f"| row | {result['task']} dev {result['main_metric']} % | layers run | batch-1 ms | vs transformers | "
+             "batch-32 ex/s | vs transformers | MB on disk |" + extra_head,
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if second else "")]
 
+    def layers(r: dict, depth: int) -> str:
+        return f"{r['average_layers']:.2f}" if r["average_layers"] is not None else str(depth)
+
+    for name, r in result["rows"].items():
+        row = (f"| {name} | {100 * r['metrics'][result['main_metric']]:.2f} | {layers(r, result['layers'])} | "
+               f"{r['batch1_latency_ms']:.2f} | {r['batch1_speedup_vs_transformers']:.2f}x | "
+               f"{r['batch32_examples_per_s']:.0f} | {r['batch32_speedup_vs_transformers']:.2f}x | "
+               f"{r['bytes'] / 2**20:.1f} |")
+        if second:
+            s2 = second["rows"][name]
+            row += f" {100 * s2['metrics'][second['main_metric']]:.2f} | {layers(s2, result['layers'])} |"
+        lines.append(row)
+    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
 
 def main(argv: list[str] | None = None) -> int:
     import shlex
@@ -211,12 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per row (default 3)")
     p.add_argument("--latency-examples", type=int, default=100)
     p.add_argument("--patiences", type=int, nargs="+", default=[2, 3, 4])
-    p.add_argument("--combo-patience", type=int, default=2, help="patience of the int8 + early exit row")
+    p.add_argument("--combo-patience", type=int, nargs="+", default=[2],
+                   help="patiences of the int8 + early exit rows (default 2)")
+    p.add_argument("--second-model", default=None, help="a second task's model (fine-tuned with --early-exit): "
+                   "every row's dev accuracy and layers run on it become two more columns (not timed)")
+    p.add_argument("--second-data", default=None, help="the second task's data directory")
+    p.add_argument("--second-task", default=None, help="default: the second model's finetuning_task")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None, help="append the table to this file")
     p.add_argument("--render", type=Path, default=None, metavar="JSON",
                    help="print the table of an earlier run (its targets recomputed from its rows) and exit")
     args = p.parse_args(argv)
+    if bool(args.second_model) != bool(args.second_data):
+        p.error("--second-model and --second-data go together")
     if args.render:
         result = json.loads(args.render.read_text())
         patiences = sorted(int(n.rsplit(" ", 1)[1]) for n in result["rows"] if n.startswith("early exit"))

@@ -44,13 +44,22 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     spec.loader.exec_module(bench)
     out = tmp_path / "result.json"
     assert bench.main(["--model", str(tmp_path / "ft"), "--data", str(data), "--threads", "1", "--rounds", "1",
-                       "--latency-examples", "3", "--out", str(out)]) == 0
+                       "--latency-examples", "3", "--combo-patience", "2", "3", "--second-model", str(tmp_path / "ft"),
+                       "--second-data", str(data), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert {"transformers fp32", "ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8",
-            "early exit, patience 2", "int8 + early exit, patience 2"} <= set(result["rows"])
+            "early exit, patience 2", "int8 + early exit, patience 2", "int8 + early exit, patience 3"} <= set(result["rows"])
     rows = result["rows"]
     assert rows["ours fp32"]["max_abs_logit_diff_vs_ours_fp32"] == 0.0
     assert rows["transformers fp32"]["max_abs_logit_diff_vs_ours_fp32"] < 1e-4  # the same weights
     assert 1 <= rows["early exit, patience 2"]["average_layers"] <= 3
     assert result["onnx_initializer_bytes_over_parameter_bytes"] < 1.05
     assert len(result["targets"]) == 5
+    # the second task's columns: here the same model and data, so the same scores row by row
+    second = result["second_task"]["rows"]
+    assert set(second) == set(rows)
+    for name in ("ours fp32", "onnxruntime fp32", "early exit, patience 2"):
+        assert second[name]["metrics"] == rows[name]["metrics"]
+        assert second[name]["average_layers"] == rows[name]["average_layers"]
+    table = bench.markdown(result | {"date": "2026-01-01", "wall_s": 1.0, "json": "x.json"})
+    assert "\n|" + "---|" * 10 + "\n" in table and "sst-2 layers run |" in table
