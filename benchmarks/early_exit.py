@@ -1,13 +1,15 @@
-"""Patience-based early exit on a 12-layer all-shared ALBERT of albert-tiny's width: accuracy, layers
-run and batch-1 latency for patience 1..6 against full depth.
+"""Patience-based early exit on a 12-layer all-shared ALBERT of albert-tiny's width: the task's
+metrics, layers run and batch-1 latency for patience 1..6 against full depth.
 
 The model is `get_preset("albert-tiny", num_hidden_layers=12)`: H=312, E=128, 12 heads, FFN 1248,
 one layer shared by all 12 applications, so exactly albert-tiny's parameters run three times as
 deep. No pretrained 12-layer model exists here, so every task starts from random weights with a
 SentencePiece vocabulary trained on that task's training text (as benchmarks/finetune_real.py's
 random-init baseline), fine-tuned with `early_exit=True` (a classifier after every layer,
-depth-weighted loss) under a small CPU step budget. The data folder (--data) holds SST-2/, CoLA/
-and ChnSentiCorp/ in their usual layouts; by default a `shared/data` folder beside the checkout.
+depth-weighted loss) under a small CPU step budget. The data folder (--data) holds SST-2/, CoLA/,
+STS-B/ and ChnSentiCorp/ in their usual layouts; by default a `shared/data` folder beside the
+checkout. For STS-B (regression) an input stops once its output has moved less than
+--regression-threshold for `patience` layers.
 
     python benchmarks/early_exit.py --threads 2 --out runs/bench-early-exit
 
@@ -35,7 +37,7 @@ from pathlib import Path
 import torch
 
 from albertlm import AlbertForPreTraining, get_preset
-from albertlm.early_exit import EXIT_HEADS_NAME, patience_forward
+from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, patience_forward
 from albertlm.heads import AlbertForSequenceClassification
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
@@ -48,9 +50,10 @@ from finetune_real import training_text  # noqa: E402  (a sibling script, not a 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results" / "early-exit" / "early-exit.json"
 # task -> (data folder, max_seq_length, tokenizer vocabulary, default steps)
-TASKS = {"sst-2": ("SST-2", 64, 8000, 250), "cola": ("CoLA", 64, 8000, 150),
+TASKS = {"sst-2": ("SST-2", 64, 8000, 250), "cola": ("CoLA", 64, 8000, 150), "sts-b": ("STS-B", 64, 6000, 250),
          "chnsenticorp": ("ChnSentiCorp", 64, 6000, 120)}
 PATIENCES = (1, 2, 3, 4, 5, 6)
+METRIC_NAMES = {"accuracy": "accuracy", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 
 
 def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int) -> Path:
@@ -78,7 +81,7 @@ def train(task: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
     return finetune(task, model_dir, data, out / task, recipe, progress=False)
 
 
-def batch1_latency(task: str, model_dir: Path, data: Path, n: int) -> dict:
+def batch1_latency(task: str, model_dir: Path, data: Path, n: int, threshold: float) -> dict:
     """Milliseconds per example at batch 1: full depth through the plain head, and every patience."""
     model, config, tokenizer = load_finetuned(model_dir)
     spec = get_task(task)
@@ -87,7 +90,8 @@ def batch1_latency(task: str, model_dir: Path, data: Path, n: int) -> dict:
     features = spec.family.featurize(spec, examples, tokenizer, _labels(config), settings, False)
     runs = {"full": lambda ids, tt: AlbertForSequenceClassification.forward(model, ids, token_type_ids=tt)}
     for p in PATIENCES:
-        runs[f"patience_{p}"] = lambda ids, tt, p=p: patience_forward(model, ids, token_type_ids=tt, patience=p)
+        runs[f"patience_{p}"] = lambda ids, tt, p=p: patience_forward(model, ids, token_type_ids=tt, patience=p,
+                                                                     regression_threshold=threshold)
     times: dict[str, list[float]] = {name: [] for name in runs}
     with torch.no_grad():
         for k, f in enumerate(features):
@@ -108,27 +112,34 @@ def measure(task: str, model_dir: Path, data: Path, args: argparse.Namespace) ->
     rows = {}
     for p in (None, *PATIENCES):
         start = time.perf_counter()
-        result = evaluate_dir(model_dir, data, task, "dev", max_examples=args.dev_examples, patience=p)
+        result = evaluate_dir(model_dir, data, task, "dev", max_examples=args.dev_examples, patience=p,
+                              regression_threshold=args.regression_threshold)
         row = {"metrics": result["metrics"], "eval_seconds_batch64": round(time.perf_counter() - start, 2),
                "examples": result["examples"]}
         if p is not None:
             row.update({k: result["early_exit"][k] for k in ("average_layers", "speedup", "exits_per_layer")})
             depth = result["early_exit"]["layers"]
         rows["full" if p is None else f"patience_{p}"] = row
-    latency = batch1_latency(task, model_dir, data, args.latency_examples)
+    latency = batch1_latency(task, model_dir, data, args.latency_examples, args.regression_threshold)
     for name, t in latency.items():
         rows[name]["batch1_latency_ms"] = t
     spec = get_task(task)
-    golds = [e.label for e in spec.read(data, "dev")[:args.dev_examples]]
-    majority = max(Counter(golds).values()) / len(golds)
+    metric = spec.main_metric
     full = rows["full"]["metrics"]
-    # A model no better than always answering the commonest class says nothing about the trade-off:
-    # every layer then predicts the same and any patience "keeps" its accuracy.
-    judgeable = full["accuracy"] > majority + 0.005
+    if spec.kind == "regression":
+        # A model whose outputs do not follow the gold scores says nothing about the trade-off either.
+        baseline, judgeable = None, full[metric] > 0.1
+    else:
+        golds = [e.label for e in spec.read(data, "dev")[:args.dev_examples]]
+        baseline = max(Counter(golds).values()) / len(golds)
+        # A model no better than always answering the commonest class says nothing about the trade-off:
+        # every layer then predicts the same and any patience "keeps" its accuracy.
+        judgeable = full["accuracy"] > baseline + 0.005
     met = [name for name, row in rows.items() if judgeable and name != "full" and row["speedup"] >= 1.5
-           and row["metrics"]["accuracy"] >= full["accuracy"] - 0.005]
-    return {"main_metric": spec.main_metric, "layers": depth, "majority_class_accuracy": majority, "settings": rows,
-            "target": "speed-up >= 1.5x in layers with accuracy within 0.5 point of full depth",
+           and row["metrics"][metric] >= full[metric] - 0.005]
+    return {"main_metric": spec.main_metric, "layers": depth, "majority_class_accuracy": baseline, "settings": rows,
+            "regression_threshold": args.regression_threshold if spec.kind == "regression" else None,
+            "target": f"speed-up >= 1.5x in layers with {metric} within 0.5 point of full depth",
             "target_judgeable": judgeable, "target_met_by": met}
 
 
@@ -137,20 +148,21 @@ def markdown(report: dict) -> str:
     lines = []
     for task, t in report["tasks"].items():
         full = t["settings"]["full"]
-        majority = t.get("majority_class_accuracy")
+        majority, threshold = t.get("majority_class_accuracy"), t.get("regression_threshold")
+        names = [n for n in METRIC_NAMES if n in full["metrics"]]
         lines += [f"{task} ({full['examples']} dev examples, {t['steps']} steps at lr {t['recipe']['lr']:g}, "
                   f"{t['train_seconds'] / 60:.1f} min of training"
                   + (f"; always answering the commonest class scores {100 * majority:.2f}" if majority else "")
+                  + (f"; an output moving less than {threshold:g} counts as unchanged" if threshold else "")
                   + ")", "",
-                  "| setting | accuracy | " + ("MCC | " if "mcc" in full["metrics"] else "")
-                  + "avg layers | speed-up (layers) | batch-1 ms (median) | batch-1 speed-up | eval s (batch 64) |",
-                  "|---|---|" + ("---|" if "mcc" in full["metrics"] else "") + "---|---|---|---|---|"]
+                  "| setting | " + " | ".join(METRIC_NAMES[n] for n in names) + " | avg layers | speed-up (layers) | batch-1 ms (median) | batch-1 speed-up | eval s (batch 64) |",
+                  "|---|" + "---|" * len(names) + "---|---|---|---|---|"]
         base, depth = full["batch1_latency_ms"]["median_ms"], t.get("layers", 12)
         for name, row in t["settings"].items():
             layers = row.get("average_layers", float(depth))
             ms = row["batch1_latency_ms"]["median_ms"]
-            mcc = f"{100 * row['metrics']['mcc']:.2f} | " if "mcc" in row["metrics"] else ""
-            lines.append(f"| {name.replace('_', ' ')} | {100 * row['metrics']['accuracy']:.2f} | {mcc}{layers:.2f} | "
+            values = " | ".join(f"{100 * row['metrics'][n]:.2f}" for n in names)
+            lines.append(f"| {name.replace('_', ' ')} | {values} | {layers:.2f} | "
                          f"{depth / layers:.2f}x | {ms:.1f} | {base / ms:.2f}x | {row['eval_seconds_batch64']:.1f} |")
         lines.append("")
     return "\n".join(lines)
@@ -170,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-examples", type=int, default=100, help="examples timed at batch 1")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--regression-threshold", type=float, default=DEFAULT_REGRESSION_THRESHOLD,
+                   help="regression: an output moving less than this counts as unchanged (default %(default)s)")
     p.add_argument("--render", nargs="+", metavar="JSON", help="print the markdown tables of earlier results and exit")
     args = p.parse_args(argv)
     if args.render:
@@ -189,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         report["tasks"][task] = {"steps": results["steps"], "train_seconds": round(results["train_seconds"], 1),
                                  "train_examples": results["train_examples"], "recipe": results["recipe"],
                                  **measure(task, out / task, data, args)}
-        full = report["tasks"][task]["settings"]["full"]["metrics"]["accuracy"]
-        print(f"{task}: full-depth accuracy {full:.4f}, {results['train_seconds']:.0f} s of training",
+        metric = report["tasks"][task]["main_metric"]
+        full = report["tasks"][task]["settings"]["full"]["metrics"][metric]
+        print(f"{task}: full-depth {metric} {full:.4f}, {results['train_seconds']:.0f} s of training",
               file=sys.stderr, flush=True)
     text = json.dumps(report, indent=2)
     (out / "results.json").write_text(text)
