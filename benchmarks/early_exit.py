@@ -46,6 +46,7 @@ from albertlm.train.inference import _labels, _settings, evaluate_dir, load_fine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from finetune_real import training_text  # noqa: E402  (a sibling script, not a package)
+from harness import write_json  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 RESULTS = Path(__file__).resolve().parent / "results" / "early-exit" / "early-exit.json"
@@ -207,11 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         full = report["tasks"][task]["settings"]["full"]["metrics"][metric]
         print(f"{task}: full-depth {metric} {full:.4f}, {results['train_seconds']:.0f} s of training",
               file=sys.stderr, flush=True)
-    text = json.dumps(report, indent=2)
-    (out / "results.json").write_text(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(text)
-    print(text)
+    print(write_json(report, out / "results.json", args.results))
     return 0
 
 

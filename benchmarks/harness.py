@@ -11,6 +11,7 @@ round waits, within a budget, for the machine to be quiet.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import platform
@@ -216,3 +217,13 @@ def append_markdown(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     existing = path.read_text(encoding="utf-8") if path.exists() else header
     path.write_text(existing.rstrip("\n") + "\n\n" + text, encoding="utf-8")
+
+
+def write_json(result: dict, *paths: str | Path | None) -> str:
+    """`result` as indented JSON, written to every path given (folders made; None skipped); returns the text."""
+    text = json.dumps(result, indent=2)
+    for path in paths:
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+    return text

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import shutil
 import sys
 import tempfile
@@ -38,6 +37,9 @@ from albertlm.config import AlbertConfig
 from albertlm.tasks.common import pad_batch
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, feature_settings, head_config, load_head, load_tokenizer, to_device
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import write_json  # noqa: E402  (a sibling script, not a package)
 
 
 def control_dir(model: Path, seed: int) -> Path:
@@ -173,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             report[name] = describe(head, train_f, dev_f)
     finally:
         shutil.rmtree(ctrl)
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-    print(text)
+    print(write_json(report, args.out))
     return 0
 
 

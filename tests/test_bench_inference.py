@@ -1,14 +1,12 @@
 """The inference benchmark's plumbing, end to end on a tiny early-exit model (its timings mean nothing)."""
 
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_inference.py"
+from scripts import load_script
 
 
 @pytest.mark.slow
@@ -39,9 +37,7 @@ def test_one_run_gives_every_row_and_target(tmp_path):
                  str(tmp_path / "ft"), "--early-exit", "--steps", "10", "--batch-size", "8", "--max-seq-length", "16",
                  "--eval-every", "10", "--no-progress"]) == 0
 
-    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/bench_inference.py")
     out = tmp_path / "result.json"
     assert bench.main(["--model", str(tmp_path / "ft"), "--data", str(data), "--threads", "1", "--rounds", "1",
                        "--latency-examples", "3", "--combo-patience", "2", "3", "--second-model", str(tmp_path / "ft"),

@@ -1,22 +1,15 @@
 """The speed benchmark's plumbing (not its timings: benchmarks are scripts, not tests)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from albertlm.config import get_preset
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_speed.py"
+from scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_speed.py")
 
 
 def test_batch_labels_only_real_tokens(bench):

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.heads import (HEADS, AlbertForMultipleChoice, AlbertForQuestionAnswering,
                             AlbertForSequenceClassification, AlbertForTokenClassification)
 from albertlm.interop import hf
+from test_interop_hf import randomise
 
 TOL = 1e-5
 TINY = dict(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
@@ -27,16 +27,6 @@ CONFIGS = {
 @pytest.fixture(scope="module")
 def tf():
     return pytest.importorskip("transformers")
-
-
-def randomise(module: nn.Module, seed: int, std: float = 0.1) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            for name, p in m.named_parameters(recurse=False):
-                base = 1.0 if isinstance(m, nn.LayerNorm) and name == "weight" else 0.0
-                p.copy_(base + std * torch.randn(p.shape, generator=g))
-    return module.eval()
 
 
 def batch(config: AlbertConfig, shape=(3, 11), seed: int = 1) -> dict[str, torch.Tensor]:

@@ -16,6 +16,7 @@ from albertlm.interop.sstable import (read_block_handle, build_table, field_byte
 from albertlm.interop.tf_bundle import (BundleReader, TFCheckpointError, UnsupportedCheckpointError,
                                         data_filename, index_filename, read_checkpoint,
                                         resolve_checkpoint, write_checkpoint)
+from scripts import load_script
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf"
 READABLE = ["dtypes", "google", "tfhub", "training", "groups", "albert_zh"]
@@ -64,10 +65,7 @@ def test_dtypes_fixture_reports_stored_dtypes():
 
 def _load_generator():
     """The fixture generator's variable tables (it imports TensorFlow only when writing)."""
-    spec = importlib.util.spec_from_file_location("make_tf_fixtures", FIXTURES / "make_tf_fixtures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(FIXTURES / "make_tf_fixtures.py")
 
 
 @pytest.mark.parametrize("name", ["google", "tfhub", "training", "groups", "albert_zh"])

@@ -1,27 +1,22 @@
 """benchmarks/transfer_diagnostics.py on a tiny model and synthetic SST-2 files (its plumbing, not its findings)."""
 
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.tokenizer import Tokenizer, train_tokenizer
+from scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "transfer_diagnostics.py"
 POS, NEG = "good great fun lovely".split(), "bad awful boring dull".split()
 FILL = "the movie was a film plot actor story and it very".split()
 
 
 @pytest.fixture(scope="module")
 def diag():
-    spec = importlib.util.spec_from_file_location("transfer_diagnostics", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/transfer_diagnostics.py")
 
 
 @pytest.fixture(scope="module")

@@ -321,11 +321,16 @@ def _docs_documents(path: Path, stats: CorpusStats, max_line_chars: int) -> Iter
     for lineno, text in _read_lines(path, stats, max_line_chars):
         if text is None:
             continue
-        sentences = split_sentences(text)
-        if sentences:
-            yield Document(sentences, str(path), lineno)
-        else:
-            stats.note("empty_documents", path, lineno)
+        yield from _document(text, path, lineno, stats)
+
+
+def _document(text: str, path: Path, lineno: int, stats: CorpusStats) -> Iterator[Document]:
+    """The text's sentences as one document, or nothing (counted) when it has none."""
+    sentences = split_sentences(text)
+    if sentences:
+        yield Document(sentences, str(path), lineno)
+    else:
+        stats.note("empty_documents", path, lineno)
 
 
 def _jsonl_documents(path: Path, stats: CorpusStats, max_line_chars: int,
@@ -343,11 +348,7 @@ def _jsonl_documents(path: Path, stats: CorpusStats, max_line_chars: int,
         if not isinstance(body, str):
             stats.note("bad_json", path, lineno)  # not an object, or no string field text_key
             continue
-        sentences = split_sentences(body)
-        if sentences:
-            yield Document(sentences, str(path), lineno)
-        else:
-            stats.note("empty_documents", path, lineno)
+        yield from _document(body, path, lineno, stats)
 
 
 def _kjv_documents(path: Path, stats: CorpusStats, max_line_chars: int) -> Iterator[Document]:

@@ -26,6 +26,21 @@ CONFIG_FILE = "tokenizer_config.json"
 """Every vocabulary's settings file (transformers' name), beside its vocabulary file."""
 
 
+def read_config(config_file: Path) -> tuple[dict, dict]:
+    """A tokenizer_config.json's fields and its "albertlm" section ({} when it has none).
+
+    Raises:
+        AlbertlmError: the file is not JSON or not a JSON object.
+    """
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise AlbertlmError(f"{config_file}: expected a JSON object")
+    return config, config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
+
+
 @runtime_checkable
 class Vocabulary(Protocol):
     """A tokenizer and its special-token ids (albertlm.vocab.SpecialIds)."""
@@ -83,6 +98,16 @@ class PieceVocabulary:
     def encode_batch_packed(self, texts: Sequence[str], *, word_starts: bool = True
                             ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         raise NotImplementedError
+
+    def _init_args(self) -> dict:
+        """The keyword arguments of `__init__` that rebuild this vocabulary."""
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict:  # picklable for DataLoader workers: rebuilt from its arguments
+        return self._init_args()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
 
     @property
     def vocab_size(self) -> int:

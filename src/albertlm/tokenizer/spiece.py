@@ -11,7 +11,6 @@ text. Chinese mode: chinese.py.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary
+from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary, read_config
 from albertlm.tokenizer.chinese import CJK_GAP_RE, chinese_pieces, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
 from albertlm.vocab import SPECIAL_TOKENS, SPIECE_IDS
@@ -128,13 +127,7 @@ class Tokenizer(PieceVocabulary):
             raise AlbertlmError(f"{path}: no {MODEL_FILE} (train one with `albertlm tokenizer train`)")
         options = {"do_lower_case": True, "keep_accents": False, "chinese": False, "split_digit_comma": False}
         if config_file is not None and config_file.is_file():
-            try:
-                config = json.loads(config_file.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
-            if not isinstance(config, dict):
-                raise AlbertlmError(f"{config_file}: expected a JSON object")
-            ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
+            config, ours = read_config(config_file)
             for key, value in (*((k, config.get(k)) for k in ("do_lower_case", "keep_accents")),
                                ("chinese", ours.get("chinese")), ("split_digit_comma", ours.get("split_digit_comma"))):
                 if value is not None and not isinstance(value, bool):
@@ -158,14 +151,11 @@ class Tokenizer(PieceVocabulary):
         }
         return self._write(out_dir, MODEL_FILE, self._proto, config)
 
-    def __getstate__(self) -> dict:  # picklable for DataLoader workers
+    def _init_args(self) -> dict:
         return {"model_proto": self._proto, "do_lower_case": self.do_lower_case,
                 "keep_accents": self.keep_accents, "chinese": self.chinese,
                 "num_threads": self.num_threads, "parse_special_tokens": self.parse_special_tokens,
                 "split_digit_comma": self.split_digit_comma}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state.pop("model_proto"), **state)
 
     # ---- vocabulary
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:

@@ -18,7 +18,6 @@ characters of one jieba word are masked together (docs/checkpoints.md, "Vocabula
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary
+from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary, read_config
 from albertlm.tokenizer.chinese import CJK_GAP_RE, HAN_RE, jieba
 from albertlm.vocab import SpecialIds
 
@@ -153,14 +152,11 @@ class WordPieceTokenizer(PieceVocabulary):
         }
         return self._write(out_dir, VOCAB_FILE, "".join(p + "\n" for p in self._pieces).encode("utf-8"), config)
 
-    def __getstate__(self) -> dict:  # picklable for DataLoader workers
+    def _init_args(self) -> dict:
         return {"pieces": self._pieces, "do_lower_case": self.do_lower_case, "strip_accents": self.strip_accents,
                 "tokenize_chinese_chars": self.tokenize_chinese_chars, "chinese": self.chinese,
                 "parse_special_tokens": self.parse_special_tokens, "special_names": self.special_names,
                 "source": self.source}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state.pop("pieces"), **state)
 
     # ---- vocabulary
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
@@ -234,13 +230,7 @@ class WordPieceTokenizer(PieceVocabulary):
 
 def _read_config(config_file: Path) -> dict:
     """Constructor options from a tokenizer_config.json (transformers' fields and ours)."""
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise AlbertlmError(f"{config_file}: expected a JSON object")
-    ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
+    config, ours = read_config(config_file)
     options: dict = {}
     for key, value, nullable in (("do_lower_case", config.get("do_lower_case"), False),
                                  ("strip_accents", config.get("strip_accents"), True),
