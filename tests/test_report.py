@@ -11,6 +11,8 @@ import torch
 from albertlm.data.corpus import Corpus
 from albertlm import AlbertForPreTraining, get_preset
 from albertlm.analysis.report import ReportSettings, run_report
+from albertlm.analysis.report_md import render
+from albertlm.analysis.results import from_json
 from albertlm.analysis.speed import (SpeedSettings, bert_twin, fastest_threads, measure_speed,
                                      saved_activation_bytes, time_training)
 from albertlm.analysis.study import StudySettings, plan_steps, variants
@@ -55,6 +57,8 @@ def test_report_on_a_tiny_study(tmp_path):
                       command="albertlm report --test")
     text = path.read_text()
     results = json.loads((out / "results.json").read_text())
+    # results.json reads back into the typed Report, which renders the same report.md
+    assert render(from_json(out / "results.json")) == text
 
     for n, title in enumerate(["Parameters", "Speed", "Embedding size", "SOP vs NSP", "Smoothness",
                                "Reproducibility"], 1):
@@ -132,9 +136,9 @@ def test_speed_measurements():
     finally:
         torch.set_num_threads(threads)
     speed = measure_speed(TINY_SPEED, log=lambda _: None)
-    assert speed["training"][0]["speedup"] == 1.0
-    assert [x["name"] for x in speed["inference"]] == ["test", "test BERT twin"]
-    assert speed["inference"][1]["parameters"] > speed["inference"][0]["parameters"]
+    assert speed.training[0].speedup == 1.0
+    assert [x.name for x in speed.inference] == ["test", "test BERT twin"]
+    assert speed.inference[1].parameters > speed.inference[0].parameters
 
 
 def test_report_help(capsys):
