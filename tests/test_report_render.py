@@ -110,3 +110,15 @@ def test_every_template_block_is_used_by_the_renderer():
 
     source = inspect.getsource(report_md)
     assert {name for name in _blocks() if f'"{name}"' not in source} == set()
+
+
+def test_cli_render_rewrites_report_md_from_results_json(tmp_path, capsys):
+    from albertlm.cli import main
+
+    (tmp_path / "results.json").write_text((FIXTURES / "quick" / "results.json").read_text())
+    (tmp_path / "report.md").write_text("stale")
+    assert main(["report", "--render", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (FIXTURES / "quick" / "report.md").read_text()
+    assert main(["report", "--render", "--out", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "results.json: cannot read results" in err and len(err.strip().splitlines()) == 1

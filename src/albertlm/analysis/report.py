@@ -30,7 +30,8 @@ import torch
 
 from albertlm.analysis.params import XXLARGE_NOTE, accounting
 from albertlm.analysis.report_md import render
-from albertlm.analysis.results import Environment, Figures, Report, SpeedResults, StudyResults, ThreadChoice, to_json
+from albertlm.analysis.results import (Environment, Figures, Report, SpeedResults, StudyResults, ThreadChoice,
+                                       from_json, to_json)
 from albertlm.analysis.settings import ReportSettings
 from albertlm.analysis.speed import measure_speed
 from albertlm.analysis.study import run_study
@@ -220,6 +221,23 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         return path
     finally:
         torch.set_num_threads(saved_threads)
+
+
+def render_results(out_dir: str | os.PathLike) -> Path:
+    """Re-write out_dir/report.md from out_dir/results.json (`albertlm report --render`).
+
+    Args:
+        out_dir: a directory `run_report` wrote.
+    Returns:
+        The path of report.md.
+    Raises:
+        AlbertlmError: results.json is missing, not JSON, or lacks a field (named).
+    """
+    out = Path(out_dir)
+    text = render(from_json(out / "results.json"))
+    path = out / "report.md"
+    path.write_text(text)
+    return path
 
 
 def _figures(speed: SpeedResults, study: StudyResults, preset: str, out: Path) -> Figures:
