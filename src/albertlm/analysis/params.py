@@ -202,20 +202,16 @@ def accounting(seq_len: int = SEQ_LEN, batch_tokens: int = BATCH_TOKENS) -> list
         S = min(seq_len, config.max_position_embeddings)
         train = flops_per_token(config, S, training=True)
         diff = None if figure is None else count.backbone / 1e6 - figure
-        records.append(AccountingRow(**{
-            "table": table, "name": name, "layers": config.num_hidden_layers,
-            "hidden": config.hidden_size, "embedding": config.embedding_size, "sharing": config.sharing,
-            "backbone": count.backbone, "with_heads": count.with_heads,
-            "breakdown": {**asdict(count), "attention": count.attention, "ffn": count.ffn},
-            "paper_M": figure, "diff_M": None if diff is None else round(diff, 3),
-            "within_tolerance": None if diff is None else abs(diff) <= PAPER_TOLERANCE_M,
-            "note": XXLARGE_NOTE if name == "albert-xxlarge" else None,
-            "seq_len": S, "train_flops_per_token": train,
-            "infer_flops_per_token": flops_per_token(config, S, training=False, mlm_fraction=0.0),
-            "batch_tokens": batch_tokens, "train_flops_per_step": train * batch_tokens,
-            "allreduce_bytes_fp32": allreduce_bytes(config, 4),
-            "allreduce_bytes_bf16": allreduce_bytes(config, 2),
-        }))
+        records.append(AccountingRow(
+            table=table, name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
+            embedding=config.embedding_size, sharing=config.sharing, backbone=count.backbone,
+            with_heads=count.with_heads, breakdown={**asdict(count), "attention": count.attention, "ffn": count.ffn},
+            paper_M=figure, diff_M=None if diff is None else round(diff, 3),
+            within_tolerance=None if diff is None else abs(diff) <= PAPER_TOLERANCE_M,
+            note=XXLARGE_NOTE if name == "albert-xxlarge" else None, seq_len=S, train_flops_per_token=train,
+            infer_flops_per_token=flops_per_token(config, S, training=False, mlm_fraction=0.0),
+            batch_tokens=batch_tokens, train_flops_per_step=train * batch_tokens,
+            allreduce_bytes_fp32=allreduce_bytes(config, 4), allreduce_bytes_bf16=allreduce_bytes(config, 2)))
     return records
 
 
