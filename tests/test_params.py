@@ -79,16 +79,16 @@ def test_albert_zh_layout_counts_each_tensor():
 
 
 def test_every_paper_figure_within_2m_except_xxlarge():
-    records = [r for r in accounting() if r["paper_M"] is not None]
+    records = [r for r in accounting() if r.paper_M is not None]
     assert len(records) == 6 + 8 + 8  # Tables 1, 3, 4
     for r in records:
-        if r["name"] == "albert-xxlarge":
-            assert r["within_tolerance"] is False and "222.6M" in r["note"]
-            assert r["paper_M"] == 235
+        if r.name == "albert-xxlarge":
+            assert r.within_tolerance is False and "222.6M" in r.note
+            assert r.paper_M == 235
         else:
-            assert r["within_tolerance"] and abs(r["backbone"] / 1e6 - r["paper_M"]) <= 2.0, r["name"]
+            assert r.within_tolerance and abs(r.backbone / 1e6 - r.paper_M) <= 2.0, r.name
     # The paper prints no figure for these.
-    blank = {r["name"] for r in accounting() if r["paper_M"] is None}
+    blank = {r.name for r in accounting() if r.paper_M is None}
     assert blank == {"bert-xlarge", "albert-tiny", "albert-mini", "test"}
 
 

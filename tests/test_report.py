@@ -1,6 +1,7 @@
 """`albertlm report` end to end on a very tiny study (the `test` preset, a corpus written here),
 plus the speed measurements and the CLI surface."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -10,7 +11,10 @@ import torch
 
 from albertlm.data.corpus import Corpus
 from albertlm import AlbertForPreTraining, get_preset
+from albertlm.analysis.params import flops_per_token
 from albertlm.analysis.report import ReportSettings, run_report
+from albertlm.analysis.report_md import render
+from albertlm.analysis.results import from_json
 from albertlm.analysis.speed import (SpeedSettings, bert_twin, fastest_threads, measure_speed,
                                      saved_activation_bytes, time_training)
 from albertlm.analysis.study import StudySettings, plan_steps, variants
@@ -33,7 +37,9 @@ def _tiny_settings(corpus, **kw):
     study = StudySettings(preset="test", corpus=str(corpus), vocab_size=64, max_seq_length=64, batch_size=8,
                           eval_examples=32, embedding_sizes=(8, 16, 0), heldout_fraction=0.1, calibration_steps=1,
                           min_steps=4)
-    return ReportSettings(budget_minutes=0.25, threads=1, study=study, speed=TINY_SPEED, **kw)
+    # the inference memory runs two fresh processes (~3 s): test_speed_measurements covers it
+    return ReportSettings(budget_minutes=0.25, threads=1, study=study, speed=dataclasses.replace(TINY_SPEED, memory=False),
+                          **kw)
 
 
 def test_report_on_a_tiny_study(tmp_path):
@@ -55,6 +61,8 @@ def test_report_on_a_tiny_study(tmp_path):
                       command="albertlm report --test")
     text = path.read_text()
     results = json.loads((out / "results.json").read_text())
+    # results.json reads back into the typed Report, which renders the same report.md
+    assert render(from_json(out / "results.json")) == text
 
     for n, title in enumerate(["Parameters", "Speed", "Embedding size", "SOP vs NSP", "Smoothness",
                                "Reproducibility"], 1):
@@ -81,15 +89,25 @@ def test_report_on_a_tiny_study(tmp_path):
             cell = f"**{100 * v['mask_accuracy_mean']:.1f}** ({100 * accs[0]:.1f}, {100 * accs[1]:.1f})"
             assert cell in text, name
     assert "seed spread" in text
-    assert all(0.0 <= run["downstream"]["accuracy"] <= 1.0 for run in study["runs"].values())
+    # every run's SST-2 score is the best dev accuracy its own fine-tuning recorded, on the 8 dev rows written above
+    for name, run in study["runs"].items():
+        tuned = json.loads((out / "study" / "runs" / name / "sst2" / "results.json").read_text())
+        assert run["downstream"]["accuracy"] == tuned["best"]["accuracy"] and run["downstream"]["dev_examples"] == 8
+    for v in study["variants"].values():
+        assert v["downstream"] == [study["runs"][r]["downstream"]["accuracy"] for r in v["runs"]]
     assert "SST-2 dev %" in text
     # Table 5: three objectives, each seed's model scored on all three held-out sets; SOP against chance
     assert set(study["table5"]) == {"none", "nsp", "sop"}
     for row in study["table5"].values():
         assert [x["seed"] for x in row["per_seed"]] == [0, 1]
         for x in row["per_seed"]:
-            assert set(x["scores"]) == {"none", "nsp", "sop"}
-            assert 0.0 <= x["sop_accuracy"] <= 1.0 and 0.0 <= x["nsp_accuracy"] <= 1.0
+            scores = x["scores"]
+            assert set(scores) == {"none", "nsp", "sop"}
+            # MLM read on the `none` pairs, NSP and SOP from the sentence head on their own builds' pairs
+            assert (x["mlm_accuracy"], x["nsp_accuracy"], x["sop_accuracy"]) == (
+                scores["none"]["mlm_mask_accuracy"], scores["nsp"]["sop_accuracy"], scores["sop"]["sop_accuracy"])
+            # every model is scored on the same held-out pairs
+            assert {t: scores[t]["examples"] for t in ("nsp", "sop")} == row["pairs"]
         assert row["sop_accuracy"] == pytest.approx(sum(x["sop_accuracy"] for x in row["per_seed"]) / 2)
     assert "the SOP-trained model on SOP: mean" in text and "(SE)" in text
     # Figure 1: the two study models (trained and at initialisation) plus the checkpoint, one point per layer
@@ -131,10 +149,17 @@ def test_speed_measurements():
         assert best == 1 and list(seconds) == [1] and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
-    speed = measure_speed(TINY_SPEED, log=lambda _: None)
-    assert speed["training"][0]["speedup"] == 1.0
-    assert [x["name"] for x in speed["inference"]] == ["test", "test BERT twin"]
-    assert speed["inference"][1]["parameters"] > speed["inference"][0]["parameters"]
+    # the BERT twin of `test` timed for training too: its ratios to the reference come out of its own rows
+    settings = dataclasses.replace(TINY_SPEED, presets=("test", "twin"))
+    speed = measure_speed(settings, log=lambda _: None, configs={"twin": twin})
+    ref, other = speed.training
+    assert other.speedup == pytest.approx(other.tokens_per_s / ref.tokens_per_s)
+    assert other.flops_speedup == pytest.approx(flops_per_token(config, 16) / flops_per_token(twin, 16))
+    assert other.flops_speedup < 1.0 and other.parameters > ref.parameters  # E = H: more compute, nothing shared
+    assert [x.name for x in speed.inference] == ["test", "test BERT twin"]
+    albert, bert = speed.inference
+    assert bert.parameters > albert.parameters and albert.parameter_bytes == 4 * albert.parameters
+    assert albert.rss is None or albert.rss.peak_kib >= albert.rss.rss_built_kib
 
 
 def test_report_help(capsys):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from albertlm.analysis.results import SpeedResults, Table5Row, VariantSummary
 
 
 def _plt():
@@ -17,14 +20,14 @@ def _plt():
     return plt
 
 
-def plot_speed(speed: dict[str, Any], path: Path) -> None:
+def plot_speed(speed: SpeedResults, path: Path) -> None:
     """Training throughput relative to the reference: measured, FLOP ratio, the paper's column."""
     plt = _plt()
-    rows = speed["training"]
-    names = [r["name"] for r in rows]
-    series = [("measured here (fwd+bwd)", [r["speedup"] for r in rows]),
-              ("FLOP ratio (analytic)", [r["flops_speedup"] for r in rows]),
-              ("paper Table 2", [r["paper_speedup"] or np.nan for r in rows])]
+    rows = speed.training
+    names = [r.name for r in rows]
+    series = [("measured here (fwd+bwd)", [r.speedup for r in rows]),
+              ("FLOP ratio (analytic)", [r.flops_speedup for r in rows]),
+              ("paper Table 2", [r.paper_speedup or np.nan for r in rows])]
     x = np.arange(len(names))
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -36,7 +39,7 @@ def plot_speed(speed: dict[str, Any], path: Path) -> None:
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xticks(x, names, rotation=15)
-    ax.set_ylabel(f"training throughput / {speed['reference']}'s")
+    ax.set_ylabel(f"training throughput / {speed.reference}'s")
     ax.set_title("Training throughput relative to BERT-large (Table 2 'Speedup')", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -44,7 +47,7 @@ def plot_speed(speed: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_study(variants: dict[str, Any], path: Path, title: str) -> None:
+def plot_study(variants: dict[str, VariantSummary], path: Path, title: str) -> None:
     """Held-out [MASK] accuracy against parameters, one point per Table 3/4 variant (the mean over
     seeds, with a bar from the lowest to the highest seed); a line joins each sharing strategy's E sweep."""
     plt = _plt()
@@ -54,9 +57,9 @@ def plot_study(variants: dict[str, Any], path: Path, title: str) -> None:
     names = {"all": "all-shared", "none": "not-shared", "attention": "shared-attention", "ffn": "shared-FFN"}
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for sharing, (color, marker) in style.items():
-        points = sorted((v["variant"]["embedding_size"], v["backbone"] / 1e6, 100 * v["mask_accuracy_mean"],
-                         100 * min(v["mask_accuracy"]), 100 * max(v["mask_accuracy"])) for v in variants.values()
-                        if v["variant"]["objective"] == "sop" and v["variant"]["sharing"] == sharing)
+        points = sorted((v.variant.embedding_size, v.backbone / 1e6, 100 * v.mask_accuracy_mean,
+                         100 * min(v.mask_accuracy), 100 * max(v.mask_accuracy)) for v in variants.values()
+                        if v.variant.objective == "sop" and v.variant.sharing == sharing)
         if not points:
             continue
         _, xs, ys, lo, hi = map(np.asarray, zip(*points))
@@ -65,7 +68,7 @@ def plot_study(variants: dict[str, Any], path: Path, title: str) -> None:
         for e, x, y, _, _ in points:
             ax.annotate(f"E={e}", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7, color=color)
     ax.set_xscale("log")
-    ticks = sorted({round(v["backbone"] / 1e6, 2) for v in variants.values()})
+    ticks = sorted({round(v.backbone / 1e6, 2) for v in variants.values()})
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
@@ -80,7 +83,7 @@ def plot_study(variants: dict[str, Any], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def plot_table5(table5: dict[str, Any], paper: dict[str, tuple[float, float, float]], path: Path) -> None:
+def plot_table5(table5: dict[str, Table5Row], paper: dict[str, tuple[float, float, float]], path: Path) -> None:
     """Intrinsic accuracies of each objective's model, ours (solid) beside the paper's (hatched)."""
     plt = _plt()
     tasks = ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")
@@ -88,8 +91,8 @@ def plot_table5(table5: dict[str, Any], paper: dict[str, tuple[float, float, flo
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), sharey=True)
     for ax, task, title in zip(axes, tasks, ("MLM accuracy", "NSP accuracy", "SOP accuracy")):
         x = np.arange(len(objectives))
-        ours = [100 * table5[o][task] for o in objectives]
-        seeds = [[100 * r[task] for r in table5[o].get("per_seed", [])] or [v] for o, v in zip(objectives, ours)]
+        ours = [100 * getattr(table5[o], task) for o in objectives]
+        seeds = [[100 * getattr(r, task) for r in table5[o].per_seed] or [v] for o, v in zip(objectives, ours)]
         spread = np.array([[v - min(s) for v, s in zip(ours, seeds)], [max(s) - v for v, s in zip(ours, seeds)]])
         theirs = [paper[o][tasks.index(task)] for o in objectives]
         ax.bar(x - 0.2, ours, 0.4, yerr=spread, capsize=3, label="ours (mean; bars: seed range)")

@@ -16,6 +16,7 @@ import json
 import textwrap
 from dataclasses import asdict, dataclass
 
+from albertlm.analysis.results import AccountingRow, to_plain
 from albertlm.config import PRESETS, AlbertConfig
 from albertlm.errors import AlbertlmError
 
@@ -185,14 +186,14 @@ XXLARGE_NOTE = ("albert-xxlarge: the arithmetic gives 222.6M (HF and Keras agree
                 "model); the paper prints 235M in Table 1 and 233M in its text.")
 
 
-def accounting(seq_len: int = SEQ_LEN, batch_tokens: int = BATCH_TOKENS) -> list[dict]:
+def accounting(seq_len: int = SEQ_LEN, batch_tokens: int = BATCH_TOKENS) -> list[AccountingRow]:
     """One record per preset and ablation row: counts, the paper's figure, FLOPs, communication.
 
     Args:
         seq_len: S for the FLOP columns; capped at each config's max_position_embeddings.
         batch_tokens: tokens per training step for `train_flops_per_step`.
     Returns:
-        A list of dicts, JSON-ready, in the order of `paper_rows`. `infer_flops_per_token` is the
+        One AccountingRow per row of `paper_rows`, in its order. `infer_flops_per_token` is the
         backbone's forward pass (no MLM head); `train_flops_per_token` a full pretraining step.
     """
     records = []
@@ -201,37 +202,33 @@ def accounting(seq_len: int = SEQ_LEN, batch_tokens: int = BATCH_TOKENS) -> list
         S = min(seq_len, config.max_position_embeddings)
         train = flops_per_token(config, S, training=True)
         diff = None if figure is None else count.backbone / 1e6 - figure
-        records.append({
-            "table": table, "name": name, "layers": config.num_hidden_layers,
-            "hidden": config.hidden_size, "embedding": config.embedding_size, "sharing": config.sharing,
-            "backbone": count.backbone, "with_heads": count.with_heads,
-            "breakdown": {**asdict(count), "attention": count.attention, "ffn": count.ffn},
-            "paper_M": figure, "diff_M": None if diff is None else round(diff, 3),
-            "within_tolerance": None if diff is None else abs(diff) <= PAPER_TOLERANCE_M,
-            "note": XXLARGE_NOTE if name == "albert-xxlarge" else None,
-            "seq_len": S, "train_flops_per_token": train,
-            "infer_flops_per_token": flops_per_token(config, S, training=False, mlm_fraction=0.0),
-            "batch_tokens": batch_tokens, "train_flops_per_step": train * batch_tokens,
-            "allreduce_bytes_fp32": allreduce_bytes(config, 4),
-            "allreduce_bytes_bf16": allreduce_bytes(config, 2),
-        })
+        records.append(AccountingRow(
+            table=table, name=name, layers=config.num_hidden_layers, hidden=config.hidden_size,
+            embedding=config.embedding_size, sharing=config.sharing, backbone=count.backbone,
+            with_heads=count.with_heads, breakdown={**asdict(count), "attention": count.attention, "ffn": count.ffn},
+            paper_M=figure, diff_M=None if diff is None else round(diff, 3),
+            within_tolerance=None if diff is None else abs(diff) <= PAPER_TOLERANCE_M,
+            note=XXLARGE_NOTE if name == "albert-xxlarge" else None, seq_len=S, train_flops_per_token=train,
+            infer_flops_per_token=flops_per_token(config, S, training=False, mlm_fraction=0.0),
+            batch_tokens=batch_tokens, train_flops_per_step=train * batch_tokens,
+            allreduce_bytes_fp32=allreduce_bytes(config, 4), allreduce_bytes_bf16=allreduce_bytes(config, 2)))
     return records
 
 
-def format_table(records: list[dict]) -> str:
+def format_table(records: list[AccountingRow]) -> str:
     """Aligned plain-text table (fits 100 columns) with the conventions as footnotes."""
     header = ("name", "L", "H", "E", "sharing", "backbone", "+heads", "paper", "diff", "GF/tok", "PF", "MB")
     rows, groups = [], {"1": "Table 1 and presets", "3": "Table 3: E x sharing, ALBERT-base shape",
                         "4": "Table 4: sharing strategies, ALBERT-base shape"}
     for r in records:
-        flag = "*" if r["within_tolerance"] is False else ""
-        rows.append((r["table"], (
-            r["name"] + flag, str(r["layers"]), str(r["hidden"]), str(r["embedding"]), r["sharing"],
-            f"{r['backbone']:,}", f"{r['with_heads']:,}",
-            "" if r["paper_M"] is None else f"{r['paper_M']}M",
-            "" if r["diff_M"] is None else f"{r['diff_M']:+.1f}",
-            f"{r['train_flops_per_token'] / 1e9:.2f}", f"{r['train_flops_per_step'] / 1e15:.1f}",
-            f"{r['allreduce_bytes_fp32'] / 1e6:.1f}")))
+        flag = "*" if r.within_tolerance is False else ""
+        rows.append((r.table, (
+            r.name + flag, str(r.layers), str(r.hidden), str(r.embedding), r.sharing,
+            f"{r.backbone:,}", f"{r.with_heads:,}",
+            "" if r.paper_M is None else f"{r.paper_M}M",
+            "" if r.diff_M is None else f"{r.diff_M:+.1f}",
+            f"{r.train_flops_per_token / 1e9:.2f}", f"{r.train_flops_per_step / 1e15:.1f}",
+            f"{r.allreduce_bytes_fp32 / 1e6:.1f}")))
     widths = [max(len(h), *(len(cells[i]) for _, cells in rows)) for i, h in enumerate(header)]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -244,8 +241,8 @@ def format_table(records: list[dict]) -> str:
             out.append(f"-- {groups[table]}")
             last = table
         out.append(line(cells))
-    short = sorted({(r["name"], r["seq_len"]) for r in records if r["seq_len"] != SEQ_LEN})
-    batch = records[0]["batch_tokens"] if records else BATCH_TOKENS
+    short = sorted({(r.name, r.seq_len) for r in records if r.seq_len != SEQ_LEN})
+    batch = records[0].batch_tokens if records else BATCH_TOKENS
     out += [
         "",
         "backbone = embeddings + E->H projection (kept even when E == H, as HF) + distinct layers +",
@@ -275,5 +272,5 @@ def params_command(as_json: bool = False, batch_tokens: int | None = None, seq_l
     if batch_tokens is not None and batch_tokens <= 0:
         raise AlbertlmError(f"--batch-tokens must be a positive integer, got {batch_tokens}")
     records = accounting(seq_len=seq_len, batch_tokens=batch_tokens or BATCH_TOKENS)
-    print(json.dumps(records, indent=2) if as_json else format_table(records))
+    print(json.dumps(to_plain(records), indent=2) if as_json else format_table(records))
     return 0

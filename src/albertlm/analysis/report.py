@@ -18,94 +18,28 @@ pipeline works, not the paper's effects.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 import torch
 
 from albertlm.analysis.params import XXLARGE_NOTE, accounting
 from albertlm.analysis.report_md import render
-from albertlm.analysis.speed import SpeedSettings, measure_speed
-from albertlm.analysis.study import StudySettings, run_study
+from albertlm.analysis.results import (Environment, Figures, Report, SpeedResults, StudyResults, ThreadChoice,
+                                       from_json, to_json)
+from albertlm.analysis.settings import ReportSettings
+from albertlm.analysis.speed import measure_speed
+from albertlm.analysis.study import run_study
 
-DEFAULT_BUDGET_MINUTES = 60.0
-QUICK_BUDGET_MINUTES = 6.0
 FINETUNE_SHARE = 0.3
 """Share of each run's time that goes to SST-2 fine-tuning when the downstream score is on."""
 DOWNSTREAM_MIN_BUDGET = 120.0
 """`downstream=auto` fine-tunes on SST-2 only from this budget (minutes) up."""
-
-QUICK_SPEED = SpeedSettings(seq_len=64, repeats=1, inference=("albert-base", "albert-large"),
-                            inference_seq_len=64, inference_repeats=2)
-QUICK_STUDY = StudySettings(vocab_size=4000, eval_examples=256, calibration_steps=2)
-
-
-@dataclass(frozen=True)
-class ReportSettings:
-    """Everything `albertlm report` can be told."""
-
-    budget_minutes: float | None = None
-    """Wall-clock budget of the whole report (default: 60, or 6 with quick)."""
-    quick: bool = False
-    """Tiny workloads for a smoke test (a 6-minute budget): checks the pipeline, not the paper's effects."""
-    hf_checkpoint: str | None = None
-    """An HF-format ALBERT directory (with spiece.model) added to the smoothness figure."""
-    downstream: Literal["auto", "on", "off"] = "auto"
-    """SST-2 fine-tuning of every study model: on, off, or auto (on when the data is there and the
-    budget is at least 120 minutes)."""
-    sst2_data: str | None = None
-    """GLUE SST-2 directory (train.tsv, dev.tsv); None: no downstream scores."""
-    threads: int | None = None
-    """torch threads for everything (None: the faster of 1 and torch's default, timed on the study's model)."""
-    corpus: str = "kjv"
-    """The study's corpus: the built-in King James Bible or a file path."""
-    seed: int = 0
-    """Seed of everything random in the study and the speed measurements."""
-    steps: int | None = None
-    """Steps of every study run (None: derived from the budget)."""
-    seeds: int | None = None
-    """Training seeds per study variant (None: the study's default, 2)."""
-    study: StudySettings | None = None
-    """Override the study's settings (default: StudySettings, or the quick ones)."""
-    speed: SpeedSettings | None = None
-    """Override the speed settings (default: SpeedSettings, or the quick ones)."""
-
-    def __post_init__(self) -> None:
-        from albertlm.errors import AlbertlmError
-        from albertlm.utils import check_field_types
-
-        check_field_types(self)
-        if self.budget_minutes is not None and self.budget_minutes <= 0:
-            raise AlbertlmError(f"--budget must be positive, got {self.budget_minutes}")
-        if self.downstream not in ("auto", "on", "off"):
-            raise AlbertlmError(f"downstream must be auto, on or off, got {self.downstream!r}")
-        if self.threads is not None and self.threads <= 0:
-            raise AlbertlmError(f"--threads must be positive, got {self.threads}")
-
-    @property
-    def budget(self) -> float:
-        """Minutes."""
-        if self.budget_minutes is not None:
-            return float(self.budget_minutes)
-        return QUICK_BUDGET_MINUTES if self.quick else DEFAULT_BUDGET_MINUTES
-
-    def resolved_study(self) -> StudySettings:
-        base = self.study or (QUICK_STUDY if self.quick else StudySettings())
-        extra = {k: v for k, v in (("steps", self.steps), ("seeds", self.seeds)) if v is not None}
-        return dataclasses.replace(base, corpus=self.corpus if self.study is None else base.corpus, seed=self.seed,
-                                   **extra)
-
-    def resolved_speed(self, threads: int | None = None) -> SpeedSettings:
-        base = self.speed or (QUICK_SPEED if self.quick else SpeedSettings())
-        return dataclasses.replace(base, seed=self.seed, threads=threads or self.threads)
 
 
 # ---------------------------------------------------------------------------- environment
@@ -116,7 +50,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def environment() -> dict[str, Any]:
+def environment() -> Environment:
     """Versions and machine facts for the reproducibility section."""
     from importlib import metadata
 
@@ -142,14 +76,17 @@ def environment() -> dict[str, Any]:
             commit = out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return {"albertlm": albertlm.__version__, "git_commit": commit, "python": platform.python_version(),
-            "torch": torch.__version__, "numpy": version("numpy"), "sentencepiece": version("sentencepiece"),
-            "matplotlib": version("matplotlib"), "transformers": version("transformers"),
-            "platform": platform.platform(), "cpu_model": cpu, "cpu_count": os.cpu_count(),
-            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "memory_bytes": mem,
-            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "cuda": torch.cuda.is_available()}
+    return Environment(
+        albertlm=albertlm.__version__, git_commit=commit, python=platform.python_version(), torch=torch.__version__,
+        numpy=version("numpy"), sentencepiece=version("sentencepiece"), matplotlib=version("matplotlib"),
+        transformers=version("transformers"), platform=platform.platform(), cpu_model=cpu, cpu_count=os.cpu_count(),
+        cpus_usable=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        torch_threads=torch.get_num_threads(), memory_bytes=mem, load_average=_load_average(),
+        cuda=torch.cuda.is_available(), load_average_end=None)
+
+
+def _load_average() -> list[float] | None:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
 # ---------------------------------------------------------------------------- the run
@@ -180,14 +117,14 @@ def _sst2(settings: ReportSettings) -> tuple[Path | None, str]:
     return path.resolve(), f"on: SST-2 from {path.resolve()}"
 
 
-def _training_curves(study: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+def _training_curves(study: StudyResults) -> dict[str, list[tuple[int, float]]]:
     from albertlm.train.metrics import read_metrics
 
     curves = {}
-    for name, run in study["runs"].items():
-        if run["seed"] != study["seeds"][0]:  # one seed keeps the figure legible
+    for name, run in study.runs.items():
+        if run.seed != study.seeds[0]:  # one seed keeps the figure legible
             continue
-        path = Path(run["summary"]["run_dir"]) / "metrics.jsonl"
+        path = Path(run.summary.run_dir) / "metrics.jsonl"
         curves[name] = [(r["step"], r["mlm_loss"]) for r in read_metrics(path) if r.get("split") == "train"]
     return curves
 
@@ -206,23 +143,23 @@ def _check_inputs(settings: ReportSettings) -> None:
                                 "with its SentencePiece vocabulary is needed)")
 
 
-def _choose_threads(settings: ReportSettings, default: int, log: Callable[[str], None]) -> dict[str, Any]:
+def _choose_threads(settings: ReportSettings, default: int, log: Callable[[str], None]) -> ThreadChoice:
     """Set torch's thread count: --threads, else the faster of 1 and `default` on the study's model."""
     from albertlm.analysis.speed import fastest_threads
     from albertlm.config import get_preset
 
     if settings.threads:
         torch.set_num_threads(settings.threads)
-        return {"chosen": settings.threads, "how": "--threads", "seconds": {}}
+        return ThreadChoice(chosen=settings.threads, how="--threads", seconds={})
     if default <= 1:
-        return {"chosen": default, "how": "torch's default", "seconds": {}}
+        return ThreadChoice(chosen=default, how="torch's default", seconds={})
     study = settings.resolved_study()
     shape = get_preset(study.preset)
     config = get_preset(study.preset, vocab_size=study.vocab_size, embedding_size=shape.hidden_size, sharing="none")
     best, seconds = fastest_threads(config, study.batch_size, study.max_seq_length, (1, default), seed=settings.seed)
     log("report: threads " + ", ".join(f"{n}: {s:.2f} s/step" for n, s in seconds.items()) + f" -> {best}")
-    return {"chosen": best, "how": f"auto: the faster of 1 and {default} threads on a step of the study's model",
-            "seconds": {str(n): s for n, s in seconds.items()}}
+    return ThreadChoice(chosen=best, how=f"auto: the faster of 1 and {default} threads on a step of the study's model",
+                        seconds={str(n): s for n, s in seconds.items()})
 
 
 def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: str = "",
@@ -256,7 +193,7 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         timings["1 parameters"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        speed = measure_speed(settings.resolved_speed(threads["chosen"]), log)
+        speed = measure_speed(settings.resolved_speed(threads.chosen), log)
         timings["2 speed"] = time.perf_counter() - t
 
         sst2, downstream_note = _sst2(settings)
@@ -273,33 +210,49 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         figures = _figures(speed, study, study_settings.preset, out)
         wall = time.perf_counter() - start
         timings["total"] = wall
-        env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-        results = {"settings": {**dataclasses.asdict(settings), "budget_minutes": settings.budget},
-                   "command": command, "environment": env, "threads": threads, "timings": timings, "params": params,
-                   "xxlarge_note": XXLARGE_NOTE, "speed": speed, "study": study,
-                   "downstream": downstream_note, "figures": figures, "out_dir": str(out.resolve())}
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+        report = Report(settings=dataclasses.replace(settings, budget_minutes=settings.budget), command=command,
+                        environment=dataclasses.replace(env, load_average_end=_load_average()), threads=threads,
+                        timings=timings, params=params, xxlarge_note=XXLARGE_NOTE, speed=speed, study=study,
+                        downstream=downstream_note, figures=figures, out_dir=str(out.resolve()))
+        (out / "results.json").write_text(to_json(report))
         path = out / "report.md"
-        path.write_text(render(results))
+        path.write_text(render(report))
         log(f"report: wrote {path} in {wall / 60:.1f} min")
         return path
     finally:
         torch.set_num_threads(saved_threads)
 
 
-def _figures(speed: dict[str, Any], study: dict[str, Any], preset: str, out: Path) -> dict[str, str]:
+def render_results(out_dir: str | os.PathLike) -> Path:
+    """Re-write out_dir/report.md from out_dir/results.json (`albertlm report --render`).
+
+    Args:
+        out_dir: a directory `run_report` wrote.
+    Returns:
+        The path of report.md.
+    Raises:
+        AlbertlmError: results.json is missing, not JSON, or lacks a field (named).
+    """
+    out = Path(out_dir)
+    text = render(from_json(out / "results.json"))
+    path = out / "report.md"
+    path.write_text(text)
+    return path
+
+
+def _figures(speed: SpeedResults, study: StudyResults, preset: str, out: Path) -> Figures:
     """Draw the report's figures into `out`; their file names by section."""
     from albertlm.analysis.figures import plot_curves, plot_speed, plot_study, plot_table5
     from albertlm.analysis.report_md import PAPER_TABLE5
     from albertlm.analysis.smoothness import plot_smoothness
 
-    figures = {"speed": "speed.png", "study": "embedding_sharing.png", "table5": "objectives.png",
-               "smoothness": "smoothness.png", "curves": "training_curves.png"}
-    plot_speed(speed, out / figures["speed"])
-    plot_study(study["variants"], out / figures["study"], f"Held-out [MASK] accuracy vs parameters ({preset}, "
-               f"{study['plan']['steps']} steps, {len(study['seeds'])} seeds)")
-    plot_table5(study["table5"], PAPER_TABLE5, out / figures["table5"])
-    plot_smoothness(dict(study["smoothness"]), out / figures["smoothness"],
+    figures = Figures(speed="speed.png", study="embedding_sharing.png", table5="objectives.png",
+                      smoothness="smoothness.png", curves="training_curves.png")
+    plot_speed(speed, out / figures.speed)
+    plot_study(study.variants, out / figures.study, f"Held-out [MASK] accuracy vs parameters ({preset}, "
+               f"{study.plan.steps} steps, {len(study.seeds)} seeds)")
+    plot_table5(study.table5, PAPER_TABLE5, out / figures.table5)
+    plot_smoothness({k: dataclasses.asdict(c) for k, c in study.smoothness.items()}, out / figures.smoothness,
                     "Input vs output of every layer, held-out tokens (Figure 1)")
-    plot_curves(_training_curves(study), out / figures["curves"])
+    plot_curves(_training_curves(study), out / figures.curves)
     return figures

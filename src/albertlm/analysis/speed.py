@@ -26,49 +26,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from albertlm.analysis.params import count_parameters, flops_per_token
+from albertlm.analysis.results import InferenceSpeed, PeakRss, SpeedResults, TrainingSpeed
+from albertlm.analysis.settings import SpeedSettings
 from albertlm.config import AlbertConfig, get_preset
 from albertlm.vocab import IGNORE_INDEX
 
 PAPER_SPEEDUP = {"bert-base": 4.7, "bert-large": 1.0, "albert-base": 5.6, "albert-large": 1.7,
                  "albert-xlarge": 0.6, "albert-xxlarge": 0.3}
 """Table 2's Speedup column: training throughput relative to BERT-large."""
-
-
-@dataclass(frozen=True)
-class SpeedSettings:
-    """What the speed section measures."""
-
-    presets: tuple[str, ...] = ("bert-base", "bert-large", "albert-base", "albert-large", "albert-xlarge",
-                                "albert-xxlarge")
-    """Presets timed for training; `reference` must be among them."""
-    reference: str = "bert-large"
-    """Throughputs are divided by this preset's (the paper: BERT-large)."""
-    batch_size: int = 1
-    """Sequences per training step."""
-    seq_len: int = 128
-    """Tokens per sequence."""
-    repeats: int = 2
-    """Timed training steps per preset (after one warm-up step)."""
-    inference: tuple[str, ...] = ("albert-base", "albert-large")
-    """ALBERT presets whose inference is compared with their BERT twin (albert-xlarge's twin is 5 GB)."""
-    inference_batch_size: int = 1
-    """Sequences per inference call."""
-    inference_seq_len: int = 128
-    """Tokens per sequence at inference."""
-    inference_repeats: int = 3
-    """Timed inference calls (after one warm-up call)."""
-    memory: bool = True
-    """Measure the peak RSS of inference in a fresh process (Linux)."""
-    threads: int | None = None
-    """torch threads in the memory process (None: torch's default)."""
-    seed: int = 0
-    """Seed of the random weights and inputs."""
 
 
 def bert_twin(config: AlbertConfig) -> AlbertConfig:
@@ -253,7 +223,7 @@ def inference_peak_rss(config: AlbertConfig, batch_size: int, seq_len: int, thre
 
 # ---------------------------------------------------------------------------- the section
 def measure_speed(settings: SpeedSettings, log: Callable[[str], None] = print,
-                  configs: dict[str, AlbertConfig] | None = None) -> dict:
+                  configs: dict[str, AlbertConfig] | None = None) -> SpeedResults:
     """Run every measurement of the speed section.
 
     Args:
@@ -261,14 +231,14 @@ def measure_speed(settings: SpeedSettings, log: Callable[[str], None] = print,
         log: progress lines.
         configs: name -> config for names that are not presets (tests); presets otherwise.
     Returns:
-        {"settings", "training": [...], "inference": [...]}: JSON-ready records.
+        SpeedResults: the settings, one TrainingSpeed per preset, one InferenceSpeed per model.
     """
     with torch.random.fork_rng(devices=[]):  # it seeds torch's generator; the caller's state is restored
         return _measure_speed(settings, log, configs)
 
 
 def _measure_speed(settings: SpeedSettings, log: Callable[[str], None],
-                   configs: dict[str, AlbertConfig] | None) -> dict:
+                   configs: dict[str, AlbertConfig] | None) -> SpeedResults:
     """measure_speed()'s body, run inside a fork of torch's global generator."""
 
     def config_of(name: str) -> AlbertConfig:
@@ -284,9 +254,8 @@ def _measure_speed(settings: SpeedSettings, log: Callable[[str], None],
                          "flops_per_token": flops_per_token(config, settings.seq_len),
                          "paper_speedup": PAPER_SPEEDUP.get(name)})
     ref = next((r for r in training if r["name"] == settings.reference), training[0] if training else None)
-    for r in training:
-        r["speedup"] = r["tokens_per_s"] / ref["tokens_per_s"]
-        r["flops_speedup"] = ref["flops_per_token"] / r["flops_per_token"]
+    rows = [TrainingSpeed(**r, speedup=r["tokens_per_s"] / ref["tokens_per_s"],
+                          flops_speedup=ref["flops_per_token"] / r["flops_per_token"]) for r in training]
     inference = []
     for name in settings.inference:
         albert = config_of(name)
@@ -297,10 +266,10 @@ def _measure_speed(settings: SpeedSettings, log: Callable[[str], None],
             count = count_parameters(config)
             rss = (inference_peak_rss(config, settings.inference_batch_size, settings.inference_seq_len,
                                       settings.threads) if settings.memory else None)
-            inference.append({"name": label, "pair": name, "twin": label != name, **r,
-                              "parameters": count.backbone, "parameter_bytes": 4 * count.backbone,
-                              "flops_per_token": flops_per_token(config, settings.inference_seq_len,
-                                                                 training=False, mlm_fraction=0.0),
-                              "rss": rss})
-    return {"settings": asdict(settings), "reference": ref["name"] if ref else None,
-            "training": training, "inference": inference}
+            inference.append(InferenceSpeed(name=label, pair=name, twin=label != name, **r,
+                                            parameters=count.backbone, parameter_bytes=4 * count.backbone,
+                                            flops_per_token=flops_per_token(config, settings.inference_seq_len,
+                                                                            training=False, mlm_fraction=0.0),
+                                            rss=None if rss is None else PeakRss(**rss)))
+    return SpeedResults(settings=settings, reference=ref["name"] if ref else None, training=rows,
+                        inference=inference)

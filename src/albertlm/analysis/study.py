@@ -28,87 +28,21 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from albertlm.analysis.params import count_parameters
+from albertlm.analysis.results import (BuildSummary, Downstream, HeldoutScores, PretrainSummary, SmoothnessCurve,
+                                       StudyPlan, StudyResults, StudyRun, Table5Row, Table5Seed, VariantSummary,
+                                       parse)
+from albertlm.analysis.settings import StudySettings, Variant
 from albertlm.config import get_preset
 from albertlm.distributed import DistContext
 from albertlm.train.mlm_eval import evaluate
 from albertlm.train.pretrain import PretrainRecipe, prepare_data, pretrain
 
 OBJECTIVE_NAMES = {"sop": "SOP", "nsp": "NSP", "none": "None"}
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """The study's model, data and optimisation (the budget comes from the report)."""
-
-    preset: str = "albert-mini"
-    """The model shape (config.PRESETS); E and sharing vary per variant."""
-    corpus: str = "kjv"
-    """Corpus spec: the built-in King James Bible by default, or a file path."""
-    vocab_size: int = 8000
-    """SentencePiece vocabulary (capped at what the corpus supports)."""
-    max_seq_length: int = 64
-    """Tokens per pretraining example after the curriculum."""
-    curriculum_seq_length: int | None = 16
-    """Tokens per example during the curriculum (None: no curriculum)."""
-    curriculum_fraction: float = 1 / 3
-    """Share of the steps trained at curriculum_seq_length (each step then holds
-    max_seq_length / curriculum_seq_length times more, shorter, examples)."""
-    batch_size: int = 32
-    """Examples per step."""
-    optimizer: str = "adamw"
-    """adamw (the quick recipe's) or lamb (the paper's)."""
-    lr: float = 1e-3
-    """Peak learning rate."""
-    warmup_fraction: float = 0.06
-    """Share of the steps spent warming up."""
-    embedding_sizes: tuple[int, ...] = (64, 128, 0)
-    """Table 3's E values; 0 means E = H."""
-    table3_sharing: tuple[str, ...] = ("all",)
-    """Sharing strategies swept over E in Table 3 (the paper's grid: ("all", "none"))."""
-    seeds: int = 2
-    """Training runs per variant, with seeds seed, seed + 1, ..."""
-    steps: int | None = None
-    """Steps of every run; None: as many as the budget allows (plan_steps)."""
-    heldout_fraction: float = 0.08
-    """Documents held out (never trained on) for every evaluation."""
-    eval_examples: int = 1024
-    """Held-out pairs per evaluation at most."""
-    min_steps: int = 5
-    """A run trains at least this many steps whatever the budget."""
-    calibration_steps: int = 3
-    """Timed steps (after one warm-up) that measure the step time."""
-    seed: int = 0
-    """Seed of the tokenizer sample and the data builds, and of each variant's first run."""
-    workers: int = 1
-    """Processes of each data build."""
-
-    def __post_init__(self) -> None:
-        from albertlm.errors import AlbertlmError
-
-        if self.seeds < 1:
-            raise AlbertlmError(f"study seeds must be at least 1, got {self.seeds}")
-        if self.steps is not None and self.steps < 1:
-            raise AlbertlmError(f"study steps must be at least 1, got {self.steps}")
-        if not 0.0 <= self.curriculum_fraction < 1.0:
-            raise AlbertlmError(f"study curriculum_fraction must be in [0, 1), got {self.curriculum_fraction}")
-        unknown = [s for s in self.table3_sharing if s not in ("all", "attention", "ffn", "none")]
-        if unknown or not self.table3_sharing:
-            raise AlbertlmError(f"study table3_sharing: unknown or empty {unknown or self.table3_sharing}")
-
-
-@dataclass(frozen=True)
-class Variant:
-    name: str
-    embedding_size: int
-    sharing: str
-    objective: str = "sop"
 
 
 def variants(settings: StudySettings) -> list[Variant]:
@@ -257,7 +191,7 @@ def _heldout(data_dir: Path, settings: StudySettings):
 
 def run_study(settings: StudySettings, root: Path, seconds_available: float, log: Callable[[str], None] = print,
               started: float | None = None, hf_checkpoint: str | None = None,
-              sst2_dir: Path | None = None, finetune_share: float = 0.0) -> dict[str, Any]:
+              sst2_dir: Path | None = None, finetune_share: float = 0.0) -> StudyResults:
     """Prepare the data, train every variant, evaluate Tables 3-5 and Figure 1.
 
     Args:
@@ -269,7 +203,8 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
         sst2_dir: SST-2 data (train.tsv, dev.tsv) for a downstream score, or None.
         finetune_share: share of each run's time given to SST-2 fine-tuning when sst2_dir is set.
     Returns:
-        A JSON-ready dict: plan, runs (recipe, summary, parameters, downstream), table5, smoothness.
+        StudyResults: plan, runs (recipe, summary, parameters, downstream), variants over seeds,
+        table5, smoothness.
     """
     with torch.random.fork_rng(devices=[]):  # it seeds torch's generator; the caller's state is restored
         return _run_study(settings, root, seconds_available, log, started, hf_checkpoint, sst2_dir, finetune_share)
@@ -277,7 +212,7 @@ def run_study(settings: StudySettings, root: Path, seconds_available: float, log
 
 def _run_study(settings: StudySettings, root: Path, seconds_available: float, log: Callable[[str], None],
                started: float | None, hf_checkpoint: str | None, sst2_dir: Path | None,
-               finetune_share: float) -> dict[str, Any]:
+               finetune_share: float) -> StudyResults:
     """run_study()'s body, run inside a fork of torch's global generator."""
     t0 = started if started is not None else time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
@@ -291,59 +226,56 @@ def _run_study(settings: StudySettings, root: Path, seconds_available: float, lo
     log("study: smoothness measured")
     builds = {o: json.loads((shared[o] / "data" / "meta.json").read_text()) for o in shared}
     shape = get_preset(settings.preset)
-    return {"settings": dataclasses.asdict(settings), "hidden": shape.hidden_size, "layers": shape.num_hidden_layers,
-            "plan": plan, "seeds": seeds(settings), "runs": runs, "variants": aggregate(runs), "table5": table5,
-            "smoothness": curves, "base_embedding": base,
-            "builds": {o: {"documents": b["documents"], "text_tokens": b["text_tokens"], "splits": b["splits"]}
-                       for o, b in builds.items()}}
+    return StudyResults(settings=settings, hidden=shape.hidden_size, layers=shape.num_hidden_layers, plan=plan,
+                        seeds=seeds(settings), runs=runs, variants=aggregate(runs), table5=table5, smoothness=curves,
+                        base_embedding=base,
+                        builds={o: BuildSummary(documents=b["documents"], text_tokens=b["text_tokens"],
+                                                splits=b["splits"]) for o, b in builds.items()})
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def aggregate(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def aggregate(runs: dict[str, StudyRun]) -> dict[str, VariantSummary]:
     """Per variant: the runs over seeds, their [MASK] accuracies and losses, mean and spread (max - min)."""
-    out: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[tuple[str, StudyRun]]] = {}
     for name, run in runs.items():
-        v = run["variant"]
-        entry = out.setdefault(v["name"], {"variant": v, "backbone": run["backbone"], "with_heads": run["with_heads"],
-                                           "runs": [], "seeds": [], "mask_accuracy": [], "mask_loss": [],
-                                           "downstream": []})
-        ev = run["summary"]["eval"]
-        entry["runs"].append(name)
-        entry["seeds"].append(run["seed"])
-        entry["mask_accuracy"].append(ev["mlm_mask_accuracy"])
-        entry["mask_loss"].append(ev["mlm_mask_loss"])
-        if run.get("downstream", {}).get("accuracy") is not None:
-            entry["downstream"].append(run["downstream"]["accuracy"])
-    for entry in out.values():
-        for key in ("mask_accuracy", "mask_loss", "downstream"):
-            values = entry[key]
-            entry[f"{key}_mean"] = _mean(values) if values else None
-            entry[f"{key}_spread"] = max(values) - min(values) if values else None
+        groups.setdefault(run.variant.name, []).append((name, run))
+    out = {}
+    for variant, members in groups.items():
+        first = members[0][1]
+        values = {"mask_accuracy": [r.summary.eval.mlm_mask_accuracy for _, r in members],
+                  "mask_loss": [r.summary.eval.mlm_mask_loss for _, r in members],
+                  "downstream": [r.downstream.accuracy for _, r in members
+                                 if r.downstream is not None and r.downstream.accuracy is not None]}
+        stats = {f"{key}_{stat}": (None if not v else _mean(v) if stat == "mean" else max(v) - min(v))
+                 for key, v in values.items() for stat in ("mean", "spread")}
+        out[variant] = VariantSummary(variant=first.variant, backbone=first.backbone, with_heads=first.with_heads,
+                                      runs=[n for n, _ in members], seeds=[r.seed for _, r in members],
+                                      **values, **stats)
     return out
 
 
-def _finetune_sst2(run_dir: Path, sst2_dir: Path, plan: dict[str, float], settings: StudySettings,
-                   log: Callable[[str], None], name: str) -> dict[str, Any]:
+def _finetune_sst2(run_dir: Path, sst2_dir: Path, plan: StudyPlan, settings: StudySettings,
+                   log: Callable[[str], None], name: str) -> Downstream:
     """Fine-tune one pretrained run on SST-2 for its share of the time; the best dev accuracy."""
     from albertlm.train.finetune import FinetuneRecipe, finetune
 
     seq = 64
     # batch 32 x 64 tokens: about the tokens (and time) of a pretraining step of batch 16 x 128
-    step = plan["step_seconds"] * (32 * seq) / (settings.batch_size * settings.max_seq_length)
-    steps = max(10, int((plan["finetune_seconds"] - 15) / step))  # ~15 s: reading, featurising, 872 dev
+    step = plan.step_seconds * (32 * seq) / (settings.batch_size * settings.max_seq_length)
+    steps = max(10, int((plan.finetune_seconds - 15) / step))  # ~15 s: reading, featurising, 872 dev
     recipe = FinetuneRecipe(lr=1e-4, batch_size=32, steps=steps, warmup_steps=max(1, steps // 10),
                             max_seq_length=seq, eval_every=steps, dropout=0.0, seed=settings.seed)
     log(f"study: fine-tuning {name} on SST-2 ({steps} steps)")
     results = finetune("sst-2", run_dir / "model", sst2_dir, run_dir / "sst2", recipe, progress=False)
-    return {"accuracy": results["best"].get("accuracy"), "steps": steps,
-            "dev_examples": results["dev_examples"], "seconds": results["train_seconds"]}
+    return Downstream(accuracy=results["best"].get("accuracy"), steps=steps, dev_examples=results["dev_examples"],
+                      seconds=results["train_seconds"])
 
 
 def _plan(settings: StudySettings, shared: dict[str, Path], left: float, seconds_available: float,
-          finetune_share: float, log: Callable[[str], None]) -> dict[str, Any]:
+          finetune_share: float, log: Callable[[str], None]) -> StudyPlan:
     """Steps per run from the time left after the builds (or --steps), with the numbers behind them."""
     step_seconds = measure_step_seconds(settings, shared["sop"])
     reserve = 0.08 * seconds_available  # Table 5's cross-evaluation, Figure 1, the report itself
@@ -356,16 +288,16 @@ def _plan(settings: StudySettings, shared: dict[str, Path], left: float, seconds
                 curriculum_steps=curriculum_steps(settings, int(plan["steps"])), runs=n_variants * n_seeds)
     log(f"study: step {step_seconds:.2f} s -> {plan['steps']} steps for each of {n_variants} variants x "
         f"{n_seeds} seeds ({plan['per_run_seconds']:.0f} s each)")
-    return plan
+    return StudyPlan(**plan)
 
 
-def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path], plan: dict[str, Any],
-                   sst2_dir: Path | None, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path], plan: StudyPlan,
+                   sst2_dir: Path | None, log: Callable[[str], None]) -> dict[str, StudyRun]:
     """Every variant at every seed, seed-major (the first seed's runs are complete before the
     second's begin); each run starts from an empty directory, so every number comes from it."""
     from albertlm.model import AlbertForPreTraining
 
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, StudyRun] = {}
     for seed in seeds(settings):
         for v in variants(settings):
             name = run_name(v, seed)
@@ -373,51 +305,53 @@ def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path],
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             _copy_data(shared[v.objective], run_dir)
-            recipe = recipe_for(settings, v, int(plan["steps"]), seed)
+            recipe = recipe_for(settings, v, plan.steps, seed)
             log(f"study: pretraining {name} ({recipe.steps} steps)")
             start = time.perf_counter()
-            summary = pretrain(recipe, run_dir, DistContext(), progress=False)
+            summary = parse(PretrainSummary, pretrain(recipe, run_dir, DistContext(), progress=False), "summary")
+            seconds = time.perf_counter() - start
             count = count_parameters(AlbertForPreTraining.from_pretrained(run_dir / "model").config)
-            runs[name] = {"variant": dataclasses.asdict(v), "seed": seed, "recipe": dataclasses.asdict(recipe),
-                          "summary": summary, "seconds": time.perf_counter() - start,
-                          "backbone": count.backbone, "with_heads": count.with_heads}
-            log(f"study: {name}: [MASK] accuracy {100 * summary['eval']['mlm_mask_accuracy']:.1f}%")
-            if sst2_dir is not None:
-                runs[name]["downstream"] = _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
+            log(f"study: {name}: [MASK] accuracy {100 * summary.eval.mlm_mask_accuracy:.1f}%")
+            downstream = None if sst2_dir is None else _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
+            runs[name] = StudyRun(variant=v, seed=seed, recipe=dataclasses.asdict(recipe), summary=summary,
+                                  seconds=seconds, backbone=count.backbone, with_heads=count.with_heads,
+                                  downstream=downstream)
     return runs
 
 
 def _table5(settings: StudySettings, root: Path, shared: dict[str, Path], base: int,
-            log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+            log: Callable[[str], None]) -> dict[str, Table5Row]:
     """Table 5: every objective's model on the held-out pairs of every build, for every seed."""
     from albertlm.model import AlbertForPreTraining
 
     heldout = {o: _heldout(shared[o] / "data", settings) for o in ("sop", "nsp", "none")}
-    table5: dict[str, dict[str, Any]] = {}
+    table5: dict[str, Table5Row] = {}
     for objective in ("none", "nsp", "sop"):
         variant = Variant(f"e{base}-all" + ("" if objective == "sop" else f"-{objective}"), base, "all", objective)
         per_seed = []
         for seed in seeds(settings):
             name = run_name(variant, seed)
             model = AlbertForPreTraining.from_pretrained(root / "runs" / name / "model")
-            scores = {task: evaluate(model, heldout[task], DistContext(), max_examples=settings.eval_examples)
+            scores = {task: parse(HeldoutScores, evaluate(model, heldout[task], DistContext(),
+                                                          max_examples=settings.eval_examples), f"scores.{task}")
                       for task in ("none", "nsp", "sop")}
-            per_seed.append({"run": name, "seed": seed, "mlm_accuracy": scores["none"]["mlm_mask_accuracy"],
-                             "nsp_accuracy": scores["nsp"]["sop_accuracy"],
-                             "sop_accuracy": scores["sop"]["sop_accuracy"], "scores": scores})
-            log(f"study: Table 5 {name}: MLM {per_seed[-1]['mlm_accuracy']:.3f} "
-                f"NSP {per_seed[-1]['nsp_accuracy']:.3f} SOP {per_seed[-1]['sop_accuracy']:.3f}")
-        table5[objective] = {"variant": variant.name, "per_seed": per_seed,
-                             **{k: _mean([x[k] for x in per_seed])
-                                for k in ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")},
-                             "pairs": {t: int(per_seed[0]["scores"][t]["examples"]) for t in ("nsp", "sop")},
-                             "baseline": {t: per_seed[0]["scores"][t]["baseline_sop_accuracy"]
-                                          for t in ("nsp", "sop")}}
+            per_seed.append(Table5Seed(run=name, seed=seed, mlm_accuracy=scores["none"].mlm_mask_accuracy,
+                                       nsp_accuracy=scores["nsp"].sop_accuracy,
+                                       sop_accuracy=scores["sop"].sop_accuracy, scores=scores))
+            log(f"study: Table 5 {name}: MLM {per_seed[-1].mlm_accuracy:.3f} "
+                f"NSP {per_seed[-1].nsp_accuracy:.3f} SOP {per_seed[-1].sop_accuracy:.3f}")
+        first = per_seed[0].scores
+        table5[objective] = Table5Row(
+            variant=variant.name, per_seed=per_seed, mlm_accuracy=_mean([x.mlm_accuracy for x in per_seed]),
+            nsp_accuracy=_mean([x.nsp_accuracy for x in per_seed]),
+            sop_accuracy=_mean([x.sop_accuracy for x in per_seed]),
+            pairs={t: int(first[t].examples) for t in ("nsp", "sop")},
+            baseline={t: first[t].baseline_sop_accuracy for t in ("nsp", "sop")})
     return table5
 
 
 def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base: int,
-             hf_checkpoint: str | None) -> dict[str, Any]:
+             hf_checkpoint: str | None) -> dict[str, SmoothnessCurve]:
     """Figure 1: smoothness of the all-shared and not-shared models (first seed), each also at its
     initialisation, and of an HF checkpoint when given."""
     from albertlm.analysis.smoothness import UNTRAINED, reencode_batches, smoothness, unmasked_heldout_batches
@@ -425,15 +359,15 @@ def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base:
 
     batches = unmasked_heldout_batches(shared["sop"] / "data", batch_size=32, max_examples=settings.eval_examples,
                                        seed=settings.seed)
-    curves: dict[str, Any] = {}
+    curves: dict[str, SmoothnessCurve] = {}
     first = seeds(settings)[0]
     for sharing, label in (("all", "all-shared (ALBERT)"), ("none", "not-shared (BERT-style)")):
         name = run_name(Variant(f"e{base}-{sharing}", base, sharing), first)
         trained = AlbertModel.from_pretrained(root / "runs" / name / "model")
-        curves[label] = {"run": name, **smoothness(trained, batches)}
+        curves[label] = SmoothnessCurve(run=name, **smoothness(trained, batches))
         torch.manual_seed(first)  # the same architecture before training: what training changed
-        curves[label + UNTRAINED] = {"run": f"{name} at initialisation",
-                                     **smoothness(AlbertModel(trained.config), batches)}
+        curves[label + UNTRAINED] = SmoothnessCurve(run=f"{name} at initialisation",
+                                                    **smoothness(AlbertModel(trained.config), batches))
     if hf_checkpoint:
         from albertlm.tokenizer import load_vocabulary
 
@@ -441,6 +375,6 @@ def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base:
         source = load_vocabulary(shared["sop"] / "tokenizer")
         target = load_vocabulary(hf_checkpoint)
         hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
-        curves[f"{Path(hf_checkpoint).name} (--hf-checkpoint)"] = {"run": str(hf_checkpoint),
-                                                                    **smoothness(model, hf_batches)}
+        curves[f"{Path(hf_checkpoint).name} (--hf-checkpoint)"] = SmoothnessCurve(run=str(hf_checkpoint),
+                                                                                   **smoothness(model, hf_batches))
     return curves

@@ -203,6 +203,8 @@ def report_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--out", default="runs/report", metavar="DIR", help="output directory: report.md, PNG figures, "
                    "results.json, the study's runs (default: runs/report)")
+    p.add_argument("--render", action="store_true", help="only re-write DIR/report.md from DIR/results.json: "
+                   "nothing is measured or trained, the figures stay, the settings below are not used")
     add_dataclass_options(p, ReportSettings, "report settings", flags=REPORT_FLAGS, exclude=("study", "speed"))
 
 
@@ -211,8 +213,11 @@ def report_run(args: argparse.Namespace) -> int:
     import dataclasses
     import shlex
 
-    from albertlm.analysis.report import ReportSettings, run_report
+    from albertlm.analysis.report import ReportSettings, render_results, run_report
 
+    if args.render:
+        print(f"wrote {render_results(args.out)}")
+        return 0
     settings = dataclass_from_args(ReportSettings, args, exclude=("study", "speed"))
     command = ["albertlm", "report", "--out", args.out]
     for f in dataclasses.fields(ReportSettings):  # the settings that differ from the defaults, as flags
