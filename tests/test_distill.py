@@ -1,6 +1,7 @@
 """Distillation (train/distill.py, `albertlm distill`) on a tiny synthetic sentiment task: the loss
 terms against hand computations, alpha = 0 against plain fine-tuning, the teacher-logit cache, a
-student that learns the teacher, the refusals, and the command end to end."""
+student that learns the teacher, the refusals, and the command end to end; token classification
+(NER) the same way on a tiny CoNLL-shaped task."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from albertlm.errors import AlbertlmError
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.train import distill as distill_module
-from albertlm.train.distill import DistillSettings, distill, distill_objective
+from albertlm.train.distill import DistillSettings, distill, distill_objective, token_distill_objective
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.train.inference import evaluate_dir, predict_lines
 from albertlm.train.metrics import read_metrics
@@ -234,7 +235,7 @@ def test_refusals_are_one_line(world, tmp_path):
         distill("sst-2", world["pretrained"], "test", data, tmp_path / "o3", progress=False)
     with pytest.raises(AlbertlmError, match="neither a model directory nor a preset"):
         distill("sst-2", teacher, "albert-nano", data, tmp_path / "o4", progress=False)
-    with pytest.raises(AlbertlmError, match="sequence classification and regression"):
+    with pytest.raises(AlbertlmError, match="sequence classification, regression and token classification"):
         distill("squad-v1.1", teacher, "test", data, tmp_path / "o5", progress=False)
     with pytest.raises(AlbertlmError, match="--early-exit"):  # refused, not silently ignored
         distill("sst-2", teacher, "test", data, tmp_path / "o5b", FinetuneRecipe(steps=1, early_exit=True),
@@ -288,3 +289,65 @@ def test_cli_end_to_end(world, tmp_path, capsys):
     assert main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
                  "--data", str(world["data"]), "--out", str(world["teacher"])]) == 2
     assert "would overwrite it" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- token classification
+def test_token_terms_by_hand():
+    """Soft KL at each word's first piece (soft_mask), hard CE at the tagged positions, each averaged."""
+    student = [[[1.0, 0.0, 2.0], [0.5, 0.5, 0.0], [3.0, 1.0, 1.0]]]  # [B=1, S=3, C=3]
+    teacher = [[[0.0, 1.0, 2.0], [1.0, 0.0, 0.0], [9.0, 9.0, 9.0]]]
+    soft_mask, labels, T, alpha = [[1.0, 1.0, 0.0]], [[2, -100, 0]], 2.0, 0.3
+    kl = distill_module._softmax_kl(torch.tensor(student[0][:2]), torch.tensor(teacher[0][:2]), T)  # [2]
+    s = student[0]
+    ce = [math.log(sum(math.exp(x) for x in s[0])) - s[0][2], math.log(sum(math.exp(x) for x in s[2])) - s[2][0]]
+    loss_fn, count = token_distill_objective(T, alpha)
+    batch = {"input_ids": torch.zeros(1, 3, dtype=torch.long), "labels": torch.tensor(labels),
+             "teacher_logits": torch.tensor(teacher).transpose(1, 2), "soft_mask": torch.tensor(soft_mask)}
+    totals = count(batch)
+    assert totals == {"n": 2.0, "n_hard": 2.0}
+    loss, _ = loss_fn(_Fixed(student), batch, totals)
+    assert float(loss.detach()) == pytest.approx(alpha * float(kl.sum()) / 2 + (1 - alpha) * sum(ce) / 2, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def ner_world(world) -> dict[str, Path]:
+    """CoNLL-shaped files (test_finetune's) and a token-classification teacher fine-tuned on them."""
+    from test_finetune import write_conll
+
+    root = world["root"] / "ner"
+    data = root / "conll"
+    data.mkdir(parents=True)
+    write_conll(data, random.Random(0))
+    recipe = FinetuneRecipe(steps=60, eval_every=30, **RECIPE)
+    results = finetune("conll2003", world["pretrained"], data, root / "teacher", recipe, progress=False)
+    assert results["best"]["f1"] > 0.5, results["best"]  # a teacher worth learning from
+    return {"data": data, "teacher": root / "teacher"}
+
+
+def test_token_alpha_zero_equals_plain_finetuning(world, ner_world, tmp_path):
+    recipe = FinetuneRecipe(steps=8, eval_every=4, micro_batch_size=8, **RECIPE)
+    plain = finetune("conll2003", world["pretrained"], ner_world["data"], tmp_path / "plain", recipe, progress=False)
+    dist = distill("conll2003", ner_world["teacher"], str(world["pretrained"]), ner_world["data"], tmp_path / "dist",
+                   recipe, DistillSettings(alpha=0.0), progress=False)
+    a = [r["loss"] for r in read_metrics(tmp_path / "plain" / "metrics.jsonl") if r["split"] == "train"]
+    b = [r["loss"] for r in read_metrics(tmp_path / "dist" / "metrics.jsonl") if r["split"] == "train"]
+    assert len(a) == len(b) == 8
+    assert b == pytest.approx(a, rel=1e-4)
+    assert dist["best"] == pytest.approx(plain["best"])
+
+
+def test_token_student_learns_from_the_teacher_and_unlabelled_text(world, ner_world, tmp_path):
+    text = tmp_path / "extra.txt"
+    text.write_text("Alice went to Paris .\n\nBob met Carol in Rome today .\n")
+    recipe = FinetuneRecipe(steps=60, eval_every=30, **RECIPE)
+    results = distill("conll2003", ner_world["teacher"], "test", ner_world["data"], tmp_path / "student", recipe,
+                      DistillSettings(alpha=1.0, temperature=1.0, unlabelled=str(text)), progress=False)
+    assert results["distillation"]["unlabelled_features"] == 2 and not results["distillation"]["teacher_logits_cached"]
+    # soft targets only (alpha = 1): the student learns the task from the teacher alone
+    assert results["best"]["f1"] > 0.5, results["best"]
+    teacher_f1 = evaluate_dir(ner_world["teacher"], ner_world["data"])["metrics"]["f1"]
+    assert evaluate_dir(tmp_path / "student", ner_world["data"])["metrics"]["f1"] > teacher_f1 - 0.3
+    # per-token rows come back from the cache, one [S, C] block per feature
+    again = distill("conll2003", ner_world["teacher"], "test", ner_world["data"], tmp_path / "student",
+                    FinetuneRecipe(steps=2, **RECIPE), DistillSettings(unlabelled=str(text)), progress=False)
+    assert again["distillation"]["teacher_logits_cached"]

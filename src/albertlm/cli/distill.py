@@ -19,8 +19,9 @@ def distill_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher", required=True, metavar="DIR", help="the teacher: a fine-tuned model directory")
     p.add_argument("--student", required=True, metavar="PRESET_OR_DIR", help="a preset (e.g. albert-mini, test: "
                    "random weights, the teacher's tokenizer) or a pretrained directory with the teacher's vocabulary")
-    p.add_argument("--task", required=True, help="the task the teacher was fine-tuned on (sequence classification "
-                   "or regression: sst-2, cola, sts-b, ..., or a generic classification / regression / multilabel)")
+    p.add_argument("--task", required=True, help="the task the teacher was fine-tuned on (sequence classification, "
+                   "regression or token classification: sst-2, cola, sts-b, conll2003, msra-ner, ..., or a generic "
+                   "classification / regression / multilabel / ner-conll)")
     p.add_argument("--data", required=True, metavar="DIR", help="the task's data directory (train and dev files)")
     training_run_args(p, "runs/distill-<task>")
     add_dataclass_options(p, DistillSettings, "distillation")

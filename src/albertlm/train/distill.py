@@ -10,7 +10,10 @@ also sees how the teacher ranks the wrong classes; the T^2 factor keeps the soft
 on the scale of the hard term's whatever T is (they shrink as 1/T^2 otherwise). Regression has no
 distribution to soften: its soft term is the squared distance to the teacher's output (T plays no
 part), its hard term the squared distance to the label. Multi-label classification uses the KL of
-each label's Bernoulli at temperature T, averaged over the labels like its BCE hard term.
+each label's Bernoulli at temperature T, averaged over the labels like its BCE hard term. Token
+classification (NER) distils every word: the soft term is the softmax KL at each word's first piece
+(the position the tag is read from), averaged over words; the hard term is the cross-entropy over
+the tagged positions, averaged over them, as fine-tuning's.
 
 Everything but the objective is fine-tuning's (train/finetune.py): the same data reading,
 features, recipe defaults, shared training loop, best-dev checkpoint and output directory, so the
@@ -53,6 +56,7 @@ from albertlm.train.inference import _labels as config_labels  # a fine-tuned di
 from albertlm.train.inference import load_finetuned
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_path, check_field_types
+from albertlm.vocab import IGNORE_INDEX
 
 TEACHER_CACHE = "teacher_logits.safetensors"
 """The teacher's cached logits inside the output directory."""
@@ -73,7 +77,7 @@ class DistillSettings:
     alpha: float = 0.5
     """Weight of the soft (teacher) term; 1 - alpha weighs the hard-label term."""
     unlabelled: str | None = None
-    """In-domain text file, one example per line (text, or text_a<TAB>text_b): soft targets only."""
+    """In-domain text file, one example per line (text, text_a<TAB>text_b, or a sentence for NER): soft targets only."""
     student_layers: int | None = None
     """Preset students: override the preset's number of layers L."""
     student_hidden: int | None = None
@@ -122,6 +126,30 @@ HARD_TERMS = {
 }
 """Problem type -> (student logits, labels) -> per-example loss [B], each the per-example form of the
 head's own loss (heads.AlbertForSequenceClassification), so alpha = 0 is plain fine-tuning."""
+
+
+def token_distill_objective(temperature: float, alpha: float) -> tuple[LossFn, CountFn]:
+    """The loop's (loss_fn, count_fn) for token classification.
+
+    A batch holds the model inputs, `labels` [B, S] (IGNORE_INDEX off tagged positions: all of an
+    unlabelled sentence), `teacher_logits` [B, C, S] (stored sequence-last, so padding extends S) and
+    `soft_mask` [B, S] (1 at each word's first piece). The soft term is averaged over the step's
+    words, the hard term over its tagged positions, both by global counts.
+    """
+    def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        return {"n": float(batch["soft_mask"].sum()), "n_hard": float((batch["labels"] != IGNORE_INDEX).sum())}
+
+    def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits.float()  # [B, S, C]
+        teacher = batch["teacher_logits"].float().transpose(1, 2)  # [B, S, C]
+        soft = (_softmax_kl(logits, teacher, temperature) * batch["soft_mask"]).sum()  # [B, S] -> scalar
+        hard = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+        loss = alpha * soft / max(totals["n"], 1.0) + (1 - alpha) * hard / max(totals["n_hard"], 1.0)
+        return loss, {"loss_sum": float(loss.detach()) * totals["n"], "soft_sum": float(soft.detach()),
+                      "hard_sum": float(hard.detach())}
+
+    return loss_fn, count
 
 
 def distill_objective(problem_type: str, temperature: float, alpha: float) -> tuple[LossFn, CountFn]:
@@ -194,7 +222,7 @@ def _read_cache(path: Path, key: str, shape: tuple[int, int]) -> np.ndarray | No
 
 
 def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Feature], key: str, cache: Path,
-                   batch_size: int, device: torch.device) -> tuple[np.ndarray, bool]:
+                   batch_size: int, device: torch.device) -> tuple[list[np.ndarray], bool]:
     """The teacher's logits for every feature, from the cache when its key matches, else computed and cached.
 
     Args:
@@ -206,18 +234,25 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
         batch_size: features per teacher forward pass.
         device: the torch device.
     Returns:
-        (logits float32 [N, num_labels], whether they came from the cache).
+        (one float32 array per feature: [num_labels], or [S_feature, num_labels] for token
+        classification; whether they came from the cache). The file holds them as one matrix,
+        per-token rows concatenated in feature order.
     """
-    shape = (len(features), teacher.config.num_labels)
-    cached = _read_cache(cache, key, shape)
-    if cached is not None:
-        return cached, True
-    from safetensors.numpy import save_file
+    per_position = spec.family.per_position
+    lengths = [len(f) for f in features] if per_position else [1] * len(features)
+    shape = (sum(lengths), teacher.config.num_labels)
+    logits = _read_cache(cache, key, shape)
+    cached = logits is not None
+    if not cached:
+        from safetensors.numpy import save_file
 
-    logits = np.stack(run_features(teacher, spec, list(features), batch_size, device)["logits"]).astype(np.float32)
-    with atomic_path(cache) as tmp:
-        save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features))})
-    return logits, False
+        rows = run_features(teacher, spec, list(features), batch_size, device)["logits"]
+        logits = (np.concatenate(rows) if per_position else np.stack(rows)).astype(np.float32)
+        with atomic_path(cache) as tmp:
+            save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features))})
+    if not per_position:
+        return list(logits), cached
+    return np.split(logits, np.cumsum(lengths)[:-1]), cached
 
 
 # ---------------------------------------------------------------------------- teacher and student
@@ -286,8 +321,9 @@ def unlabelled_features(path: str | Path, run: TaskRun, tokenizer) -> list[Featu
     examples = [spec.family.parse_line(n - 1, line, tokenizer) for n, line in lines]
     features = spec.family.featurize(spec, examples, tokenizer, run.labels, run.settings, True)
     placeholder = np.zeros_like(run.train_f[0].inputs["labels"])
-    for f in features:
-        f.inputs["labels"] = placeholder.copy()
+    for f in features:  # token classification: no position is tagged
+        f.inputs["labels"] = (np.full(len(f), IGNORE_INDEX, dtype=np.int64) if spec.family.token_level
+                              else placeholder.copy())
     return features
 
 
@@ -295,7 +331,8 @@ def unlabelled_features(path: str | Path, run: TaskRun, tokenizer) -> list[Featu
 def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
             out_dir: str | Path, recipe: FinetuneRecipe | None = None, settings: DistillSettings | None = None, *,
             device: str | torch.device = "cpu", progress: bool = True) -> dict[str, Any]:
-    """Distil a fine-tuned teacher into a student on a sequence classification or regression task.
+    """Distil a fine-tuned teacher into a student on a sequence classification, regression or token
+    classification task.
 
     Args:
         task: a task name (tasks/registry.py) or a TaskSpec; the teacher must be fine-tuned for it.
@@ -324,9 +361,9 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
              progress: bool) -> dict[str, Any]:
     """distill()'s body, run inside a fork of torch's global generator (it seeds it)."""
     spec = get_task(task) if isinstance(task, str) else task
-    if not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS:  # sequence classification only
-        raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification and regression "
-                            f"tasks, not the {spec.family.name} family")
+    if not spec.family.token_level and (not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS):
+        raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification, regression and "
+                            f"token classification tasks, not the {spec.family.name} family")
     if recipe.early_exit:  # the student's loss is the distillation loss of its last layer only
         raise AlbertlmError("--early-exit: distillation trains the final classifier only; fine-tune the distilled "
                             "student with `albertlm finetune --early-exit` to add exit heads")
@@ -357,14 +394,18 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
                                     run.recipe.eval_batch_size, device)
     del teacher  # the student trains alone
     for f, row in zip(run.train_f, logits):
-        f.inputs["teacher_logits"] = row
+        f.inputs["teacher_logits"] = np.ascontiguousarray(row.T) if spec.family.token_level else row  # [C, S]
+        if spec.family.token_level:
+            f.inputs["soft_mask"] = np.zeros(len(f), dtype=np.float32)
+            f.inputs["soft_mask"][f.meta["first_piece"]] = 1.0
 
     torch.manual_seed(run.recipe.seed)
     config = head_config(spec, base, run.labels, run.recipe, run.settings)
     config = config.replace(extra={**config.extra, "albertlm_distillation": {
         k: record[k] for k in ("teacher", "teacher_fingerprint", "temperature", "alpha")}})
     model = load_head(spec, student_dir, config) if student_dir else HEADS[spec.family.head](config)
-    loss_fn, count_fn = distill_objective(spec.problem_type, settings.temperature, settings.alpha)
+    loss_fn, count_fn = (token_distill_objective(settings.temperature, settings.alpha) if spec.family.token_level
+                         else distill_objective(spec.problem_type, settings.temperature, settings.alpha))
     return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
                       device=device, progress=progress, name="distill",
                       record={"model_dir": str(student), "distillation": {**record, "teacher_logits_cached": cached}})
