@@ -14,9 +14,9 @@ Columns: the task's dev accuracy (every dev example, batch 32), the average laye
 latency (median over the first --latency-examples dev examples, each at its own length), batch-32
 throughput (dev examples per second over the whole dev set, batches sorted by length, as
 evaluation runs them), and bytes on disk. Every variant is timed in alternation, round after round,
-so that load from other processes falls on all of them; medians are reported. With --second-model,
-every row is built again from a second task's model and scored on that task's dev set: two more
-columns (accuracy, layers run), not timed.
+so that load from other processes falls on all of them; medians are reported. With --also MODEL
+DATA (repeatable), every row is built again from another task's model and scored on that task's dev
+set: two more columns per task (its main metric, layers run), not timed.
 
     python benchmarks/bench_inference.py --model runs/bench-early-exit/sst-2 --data DATA/SST-2 --threads 2
 
@@ -129,12 +129,12 @@ def dev_set(model_dir: Path, data: str, task: str | None):
     return spec, examples, features, labels, settings
 
 
-def second_task(args: argparse.Namespace, tmp: Path) -> dict:
-    """Every row's dev metrics and layers run on a second task's model (built the same way; not timed)."""
-    model_dir = Path(args.second_model)
-    spec, examples, features, labels, settings = dev_set(model_dir, args.second_data, args.second_task)
-    (tmp / "second").mkdir()
-    runs, _ = variants(model_dir, tmp / "second", args.threads, tuple(args.patiences), tuple(args.combo_patience))
+def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """Every row's dev metrics and layers run on another task's model (built the same way; not timed)."""
+    model_dir = Path(model)
+    spec, examples, features, labels, settings = dev_set(model_dir, data, None)
+    tmp.mkdir()
+    runs, _ = variants(model_dir, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     return {"task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
@@ -163,8 +163,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
                       "batch32_examples_per_s": len(features) / t["batch32_s"],
                       "batch32_speedup_vs_transformers": base["batch32_s"] / t["batch32_s"]}
     onnx_ratio = onnx_size_ratio(tmp / "fp32.onnx", runs["ours fp32"])
-    second = second_task(args, tmp) if args.second_model else None
-    return {"second_task": second, "task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
+    others = [other_task(m, d, args, tmp / f"other-{k}") for k, (m, d) in enumerate(args.also or [])]
+    return {"other_tasks": others, "task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
             "latency_examples": len(singles), "layers": config.num_hidden_layers, "rows": rows,
             "onnx_initializer_bytes_over_parameter_bytes": onnx_ratio,
             "targets": targets(rows, spec.main_metric, tuple(args.patiences), config.num_hidden_layers, onnx_ratio)}
@@ -205,18 +205,18 @@ def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, on
 
 
 def markdown(result: dict) -> str:
-    m, second = result["machine"], result.get("second_task")
-    extra_head = (f" {second['task']} dev {second['main_metric']} % | {second['task']} layers run |" if second else "")
+    m, others = result["machine"], result.get("other_tasks") or []
+    extra_head = "".join(f" {o['task']} dev {o['main_metric']} % | {o['task']} layers run |" for o in others)
     lines = [f"## Cheaper inference, one table: {result['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
              f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). {result['task']} dev: "
              f"{result['dev_examples']} examples; batch-1 latency: median over the first {result['latency_examples']}; "
              f"a {result['layers']}-layer all-shared model fine-tuned with `--early-exit`"
-             + (f"; {second['task']} dev: {second['dev_examples']} examples on its own model of the same shape, "
-                f"`{second['model']}` (its rows' accuracy only, not timed)" if second else "")
+             + "".join(f"; {o['task']} dev: {o['dev_examples']} examples on its own model of the same shape, "
+                       f"`{o['model']}` (scores only, not timed)" for o in others)
              + f". Raw numbers: `{result['json']}`.", "",
              f"| row | {result['task']} dev {result['main_metric']} % | layers run | batch-1 ms | vs transformers | "
              "batch-32 ex/s | vs transformers | MB on disk |" + extra_head,
-             "|---|---|---|---|---|---|---|---|" + ("---|---|" if second else "")]
+             "|---|---|---|---|---|---|---|---|" + "---|---|" * len(others)]
 
     def layers(r: dict, depth: int) -> str:
         return f"{r['average_layers']:.2f}" if r["average_layers"] is not None else str(depth)
@@ -226,9 +226,9 @@ def markdown(result: dict) -> str:
                f"{r['batch1_latency_ms']:.2f} | {r['batch1_speedup_vs_transformers']:.2f}x | "
                f"{r['batch32_examples_per_s']:.0f} | {r['batch32_speedup_vs_transformers']:.2f}x | "
                f"{r['bytes'] / 2**20:.1f} |")
-        if second:
-            s2 = second["rows"][name]
-            row += f" {100 * s2['metrics'][second['main_metric']]:.2f} | {layers(s2, result['layers'])} |"
+        for o in others:
+            r2 = o["rows"][name]
+            row += f" {100 * r2['metrics'][o['main_metric']]:.2f} | {layers(r2, result['layers'])} |"
         lines.append(row)
     return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
 
@@ -246,17 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--patiences", type=int, nargs="+", default=[2, 3, 4])
     p.add_argument("--combo-patience", type=int, nargs="+", default=[2],
                    help="patiences of the int8 + early exit rows (default 2)")
-    p.add_argument("--second-model", default=None, help="a second task's model (fine-tuned with --early-exit): "
-                   "every row's dev accuracy and layers run on it become two more columns (not timed)")
-    p.add_argument("--second-data", default=None, help="the second task's data directory")
-    p.add_argument("--second-task", default=None, help="default: the second model's finetuning_task")
+    p.add_argument("--also", nargs=2, action="append", metavar=("MODEL", "DATA"),
+                   help="another task's model (fine-tuned with --early-exit) and data directory: every row's dev "
+                        "score and layers run on it become two more columns (not timed); repeatable")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None, help="append the table to this file")
     p.add_argument("--render", type=Path, default=None, metavar="JSON",
                    help="print the table of an earlier run (its targets recomputed from its rows) and exit")
     args = p.parse_args(argv)
-    if bool(args.second_model) != bool(args.second_data):
-        p.error("--second-model and --second-data go together")
     if args.render:
         result = json.loads(args.render.read_text())
         patiences = sorted(int(n.rsplit(" ", 1)[1]) for n in result["rows"] if n.startswith("early exit"))

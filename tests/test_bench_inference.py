@@ -40,8 +40,8 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     bench = load_script("benchmarks/bench_inference.py")
     out = tmp_path / "result.json"
     assert bench.main(["--model", str(tmp_path / "ft"), "--data", str(data), "--threads", "1", "--rounds", "1",
-                       "--latency-examples", "3", "--combo-patience", "2", "3", "--second-model", str(tmp_path / "ft"),
-                       "--second-data", str(data), "--out", str(out)]) == 0
+                       "--latency-examples", "3", "--combo-patience", "2", "3", "--also", str(tmp_path / "ft"), str(data),
+                       "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert {"transformers fp32", "ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8",
             "early exit, patience 2", "int8 + early exit, patience 2", "int8 + early exit, patience 3"} <= set(result["rows"])
@@ -52,7 +52,8 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     assert result["onnx_initializer_bytes_over_parameter_bytes"] < 1.05
     assert len(result["targets"]) == 5
     # the second task's columns: here the same model and data, so the same scores row by row
-    second = result["second_task"]["rows"]
+    [other] = result["other_tasks"]
+    second = other["rows"]
     assert set(second) == set(rows)
     for name in ("ours fp32", "onnxruntime fp32", "early exit, patience 2"):
         assert second[name]["metrics"] == rows[name]["metrics"]
