@@ -135,16 +135,21 @@ def test_hard_term_and_mixing_by_hand():
     assert float(got[0]) == pytest.approx(kl, rel=1e-5)
 
 
-def test_alpha_zero_equals_plain_finetuning(world, tmp_path):
-    recipe = FinetuneRecipe(steps=12, eval_every=6, micro_batch_size=8, **RECIPE)
-    plain = finetune("sst-2", world["pretrained"], world["data"], tmp_path / "plain", recipe, progress=False)
-    dist = distill("sst-2", world["teacher"], str(world["pretrained"]), world["data"], tmp_path / "dist", recipe,
-                   DistillSettings(alpha=0.0), progress=False)
-    a = [r["loss"] for r in read_metrics(tmp_path / "plain" / "metrics.jsonl") if r["split"] == "train"]
-    b = [r["loss"] for r in read_metrics(tmp_path / "dist" / "metrics.jsonl") if r["split"] == "train"]
-    assert len(a) == len(b) == 12
+def assert_alpha_zero_is_finetuning(task: str, pretrained: Path, data: Path, teacher: Path, out: Path, steps: int):
+    """distill at alpha = 0 from `pretrained` gives fine-tuning's losses step for step, and its best dev score."""
+    recipe = FinetuneRecipe(steps=steps, eval_every=steps // 2, micro_batch_size=8, **RECIPE)
+    plain = finetune(task, pretrained, data, out / "plain", recipe, progress=False)
+    dist = distill(task, teacher, str(pretrained), data, out / "dist", recipe, DistillSettings(alpha=0.0),
+                   progress=False)
+    a = [r["loss"] for r in read_metrics(out / "plain" / "metrics.jsonl") if r["split"] == "train"]
+    b = [r["loss"] for r in read_metrics(out / "dist" / "metrics.jsonl") if r["split"] == "train"]
+    assert len(a) == len(b) == steps
     assert b == pytest.approx(a, rel=1e-4)
     assert dist["best"] == pytest.approx(plain["best"])
+
+
+def test_alpha_zero_equals_plain_finetuning(world, tmp_path):
+    assert_alpha_zero_is_finetuning("sst-2", world["pretrained"], world["data"], world["teacher"], tmp_path, 12)
 
 
 # ---------------------------------------------------------------------------- the teacher's cache
@@ -325,15 +330,8 @@ def ner_world(world) -> dict[str, Path]:
 
 
 def test_token_alpha_zero_equals_plain_finetuning(world, ner_world, tmp_path):
-    recipe = FinetuneRecipe(steps=8, eval_every=4, micro_batch_size=8, **RECIPE)
-    plain = finetune("conll2003", world["pretrained"], ner_world["data"], tmp_path / "plain", recipe, progress=False)
-    dist = distill("conll2003", ner_world["teacher"], str(world["pretrained"]), ner_world["data"], tmp_path / "dist",
-                   recipe, DistillSettings(alpha=0.0), progress=False)
-    a = [r["loss"] for r in read_metrics(tmp_path / "plain" / "metrics.jsonl") if r["split"] == "train"]
-    b = [r["loss"] for r in read_metrics(tmp_path / "dist" / "metrics.jsonl") if r["split"] == "train"]
-    assert len(a) == len(b) == 8
-    assert b == pytest.approx(a, rel=1e-4)
-    assert dist["best"] == pytest.approx(plain["best"])
+    assert_alpha_zero_is_finetuning("conll2003", world["pretrained"], ner_world["data"], ner_world["teacher"],
+                                    tmp_path, 8)
 
 
 def test_token_student_learns_from_the_teacher_and_unlabelled_text(world, ner_world, tmp_path):
