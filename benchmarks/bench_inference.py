@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="a sequence classifier fine-tuned with --early-exit")
-    p.add_argument("--data", required=True, help="the task's data directory")
+    p.add_argument("--model", help="a sequence classifier fine-tuned with --early-exit (required unless --render)")
+    p.add_argument("--data", help="the task's data directory (required unless --render)")
     p.add_argument("--task", default=None, help="default: the model's finetuning_task")
     p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per row (default 3)")
@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                                     result["onnx_initializer_bytes_over_parameter_bytes"])
         print(markdown(result))
         return 0
+    if not (args.model and args.data):
+        p.error("--model and --data are required (unless --render)")
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):

@@ -127,7 +127,7 @@ def measure(task: str, model_dir: Path, data: Path, args: argparse.Namespace) ->
     spec = get_task(task)
     metric = spec.main_metric
     full = rows["full"]["metrics"]
-    if spec.kind == "regression":
+    if spec.problem_type == "regression":
         # A model whose outputs do not follow the gold scores says nothing about the trade-off either.
         baseline, judgeable = None, full[metric] > 0.1
     else:
@@ -139,7 +139,7 @@ def measure(task: str, model_dir: Path, data: Path, args: argparse.Namespace) ->
     met = [name for name, row in rows.items() if judgeable and name != "full" and row["speedup"] >= 1.5
            and row["metrics"][metric] >= full[metric] - 0.005]
     return {"main_metric": spec.main_metric, "layers": depth, "majority_class_accuracy": baseline, "settings": rows,
-            "regression_threshold": args.regression_threshold if spec.kind == "regression" else None,
+            "regression_threshold": args.regression_threshold if spec.problem_type == "regression" else None,
             "target": f"speed-up >= 1.5x in layers with {metric} within 0.5 point of full depth",
             "target_judgeable": judgeable, "target_met_by": met}
 
