@@ -60,3 +60,11 @@ def test_one_run_gives_every_row_and_target(tmp_path):
         assert second[name]["average_layers"] == rows[name]["average_layers"]
     table = bench.markdown(result | {"date": "2026-01-01", "wall_s": 1.0, "json": "x.json"})
     assert "\n|" + "---|" * 10 + "\n" in table and "sst-2 layers run |" in table
+
+    # the int8 round-spread script on the same model
+    rounds_out = tmp_path / "rounds.json"
+    assert load_script("benchmarks/int8_rounds.py").main(
+        ["--model", str(tmp_path / "ft"), "--data", str(data), "--examples", "3", "--rounds", "2", "--threads", "1",
+         "--out", str(rounds_out)]) == 0
+    spread = json.loads(rounds_out.read_text())
+    assert len(spread["speedup_per_round"]) == 2 and spread["speedup_min"] <= spread["speedup_median"]
