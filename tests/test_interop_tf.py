@@ -504,3 +504,22 @@ def test_google_digit_comma_rule_on_for_google_checkpoints_and_kept_through_tf(t
     # albert_zh's WordPiece vocabulary has no such rule
     convert(FIXTURES / "albert_zh", tmp_path / "zh")
     assert "split_digit_comma" not in (tmp_path / "zh" / "tokenizer_config.json").read_text()
+
+
+def test_wordpiece_settings_survive_tf_and_back(tmp_path):
+    """A cased WordPiece model taken to TF and back keeps its casing (and so its ids)."""
+    from albertlm.tokenizer.wordpiece import WordPieceTokenizer
+
+    convert(FIXTURES / "google", tmp_path / "hf")
+    size = AlbertConfig.from_json_file(tmp_path / "hf" / "config.json").vocab_size
+    words = ["Hello", "hello", "He", "##llo", "中", "国"]
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *(f"[unused{i}]" for i in range(size - 11))]
+    for name in ("spiece.model", "tokenizer_config.json"):
+        (tmp_path / "hf" / name).unlink()
+    cased = WordPieceTokenizer(pieces, do_lower_case=False)
+    cased.save(tmp_path / "hf")
+    convert(tmp_path / "hf", tmp_path / "tf", to="tf")
+    convert(tmp_path / "tf", tmp_path / "back")
+    back = WordPieceTokenizer.load(tmp_path / "back")
+    assert not back.do_lower_case
+    assert back.encode("Hello 中国").tolist() == cased.encode("Hello 中国").tolist()

@@ -227,53 +227,29 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
     return sorted(p.name for p in dst.iterdir() if p.is_file())
 
 
-def write_hf_tokenizer(vocabulary: Path, dst: Path, google: bool = False) -> list[str]:
-    """The tokenizer files transformers and albertlm read, from a TF checkpoint's vocabulary.
+def hf_tokenizer(vocabulary: Path, google: bool = False):
+    """The tokenizer a TF checkpoint's vocabulary file stands for, ready to `save` as transformers reads it.
 
-    SentencePiece: spiece.model + tokenizer_config.json (AlbertTokenizer, with the source's own
-    tokenizer_config.json options when it has one, else ALBERT's defaults). Google's digit-comma
-    rule (`albertlm.split_digit_comma`) is turned on for Google's checkpoints (`google`), which
-    were trained with it, unless the source's tokenizer_config.json says otherwise. WordPiece:
-    vocab.txt + tokenizer_config.json naming BertTokenizer and its special tokens (lower-cased, as
-    both Chinese releases were trained).
-
-    Returns:
-        The names of the files written.
+    The source's own tokenizer_config.json, when it sits beside a `spiece.model` or `vocab.txt`
+    (an albertlm or Hugging Face directory, or a TF directory `convert --to tf` wrote), keeps its
+    settings: lower-casing, accents, renamed special tokens, Chinese mode. Without one,
+    SentencePiece takes ALBERT's defaults and WordPiece BertTokenizer's (lower-cased, as both Chinese
+    releases were trained). Google's digit-comma rule (`albertlm.split_digit_comma`) is turned on
+    for Google's checkpoints (`google`), which were trained with it, unless the source's
+    tokenizer_config.json says otherwise.
     """
-    if vocabulary.suffix == ".model":
-        from albertlm.tokenizer import Tokenizer
-
-        beside = vocabulary.parent / CONFIG_FILE
-        source = vocabulary.parent if vocabulary.name == MODEL_FILE and beside.is_file() else vocabulary
-        stated = source == vocabulary.parent and "split_digit_comma" in _albertlm_options(beside)
-        Tokenizer.load(source, **({} if stated else {"split_digit_comma": google})).save(dst)
-        return [MODEL_FILE, CONFIG_FILE]
+    from albertlm.tokenizer import Tokenizer
+    from albertlm.tokenizer.base import read_config
     from albertlm.tokenizer.wordpiece import WordPieceTokenizer
 
-    WordPieceTokenizer.load(vocabulary).save(dst)  # BertTokenizer's defaults: lower-cased
-    return [VOCAB_FILE, CONFIG_FILE]
-
-
-def _albertlm_options(path: Path) -> dict:
-    """The "albertlm" section of a tokenizer_config.json ({} when absent or unreadable: load reports that)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    section = data.get("albertlm") if isinstance(data, dict) else None
-    return section if isinstance(section, dict) else {}
-
-
-def _wordpiece_ids(vocabulary: Path, config: AlbertConfig) -> AlbertConfig:
-    """config.json's pad/bos/eos ids from a vocab.txt's [PAD], [CLS] and [SEP] lines."""
-    tokens = vocabulary.read_text(encoding="utf-8").splitlines()
-    ids = {t: i for i, t in enumerate(tokens)}
-    missing = [t for t in ("[PAD]", "[CLS]", "[SEP]") if t not in ids]
-    if missing:
-        raise AlbertlmError(f"{vocabulary}: no {missing[0]} line in the vocabulary")
-    if len(tokens) != config.vocab_size:
-        raise AlbertlmError(f"{vocabulary}: {len(tokens)} lines but the model has vocab_size {config.vocab_size}")
-    return config.replace(pad_token_id=ids["[PAD]"], bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"])
+    spiece = vocabulary.suffix == ".model"
+    beside = vocabulary.parent / CONFIG_FILE
+    own_name = vocabulary.name == (MODEL_FILE if spiece else VOCAB_FILE)
+    source = vocabulary.parent if own_name and beside.is_file() else vocabulary
+    if not spiece:
+        return WordPieceTokenizer.load(source)
+    stated = source == vocabulary.parent and "split_digit_comma" in read_config(beside)[1]
+    return Tokenizer.load(source, **({} if stated else {"split_digit_comma": google}))
 
 
 # ---------------------------------------------------------------------------- the conversion
@@ -330,12 +306,17 @@ def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, n
               google: bool) -> list[str]:
     from albertlm.interop.hf import transformers_can_load
 
-    if vocabulary is not None and vocabulary.suffix != ".model":
-        model.config = _wordpiece_ids(vocabulary, model.config)
+    tok = hf_tokenizer(vocabulary, google) if vocabulary is not None else None
+    if tok is not None and vocabulary.suffix != ".model":  # config.json's pad/bos/eos from the vocabulary
+        if tok.vocab_size != model.config.vocab_size:
+            raise AlbertlmError(f"{vocabulary}: {tok.vocab_size} lines but the model has vocab_size "
+                                f"{model.config.vocab_size}")
+        ids = tok.special_ids
+        model.config = model.config.replace(pad_token_id=ids.pad, bos_token_id=ids.cls, eos_token_id=ids.sep)
     model.save_pretrained(tmp)
-    if vocabulary is not None:
-        write_hf_tokenizer(vocabulary, tmp, google)
-        if _albertlm_options(tmp / CONFIG_FILE).get("split_digit_comma"):
+    if tok is not None:
+        tok.save(tmp)
+        if getattr(tok, "split_digit_comma", False):
             notes.append("Google's digit-comma rule is on (albertlm.split_digit_comma in tokenizer_config.json): "
                          "albertlm splits '7,' as Google's tokenizer did; transformers' AlbertTokenizer does not")
     if not transformers_can_load(model.config):

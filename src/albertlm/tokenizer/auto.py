@@ -33,7 +33,7 @@ def vocabulary_kind(path: str | os.PathLike) -> str:
     """
     path = Path(path)
     if path.is_file():
-        return "wordpiece" if path.name == VOCAB_FILE else "sentencepiece"
+        return "wordpiece" if path.suffix == ".txt" else "sentencepiece"  # vocab.txt, vocab_chinese.txt, ...
     present = [kind for kind, (name, _) in KINDS.items() if (path / name).is_file()]
     if len(present) == 1:
         return present[0]
