@@ -179,3 +179,15 @@ def test_outputs_are_numpy_compatible(tmp_path):
     with torch.no_grad():
         expected = model(ids).logits.numpy()
     np.testing.assert_allclose(OnnxModel(tmp_path / "m.onnx")(ids).logits.numpy(), expected, atol=1e-4)
+
+
+def test_a_refused_export_leaves_an_existing_file_alone(tmp_path, monkeypatch):
+    from albertlm.interop import onnx as onnx_module
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"an older export")
+    monkeypatch.setattr(onnx_module, "SIZE_TOLERANCE", 0.5)  # every file now counts as duplicated
+    with pytest.raises(AlbertlmError, match="nothing written"):
+        export_onnx(random_model("AlbertForSequenceClassification", layers=2), path)
+    assert path.read_bytes() == b"an older export"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]  # no temporary left behind

@@ -120,16 +120,15 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
             del node.metadata_props[:]  # albert-mini's file, and nothing a runtime reads
         fold_weight_transposes(graph)
         onnx.checker.check_model(graph)
+        report = {"architecture": arch, "outputs": list(outputs), "initializer_bytes": initializer_bytes(graph),
+                  "parameter_bytes": parameter_bytes(model)}
+        report["ratio"] = report["initializer_bytes"] / report["parameter_bytes"]
+        if report["ratio"] > SIZE_TOLERANCE:  # checked before `path` is touched: an older file there stays
+            raise AlbertlmError(f"ONNX export of {arch}: the file held {report['ratio']:.2f}x the parameter bytes; "
+                                "a shared tensor was duplicated (nothing written)")
         final = Path(tmp) / "model.onnx"
         onnx.save(graph, final)
         os.replace(final, path)
-    report = {"architecture": arch, "outputs": list(outputs), "initializer_bytes": initializer_bytes(graph),
-              "parameter_bytes": parameter_bytes(model)}
-    report["ratio"] = report["initializer_bytes"] / report["parameter_bytes"]
-    if report["ratio"] > SIZE_TOLERANCE:
-        path.unlink()
-        raise AlbertlmError(f"ONNX export of {arch}: the file held {report['ratio']:.2f}x the parameter bytes; "
-                            "a shared tensor was duplicated (nothing written)")
     return report
 
 
