@@ -349,3 +349,19 @@ def test_token_student_learns_from_the_teacher_and_unlabelled_text(world, ner_wo
     again = distill("conll2003", ner_world["teacher"], "test", ner_world["data"], tmp_path / "student",
                     FinetuneRecipe(steps=2, **RECIPE), DistillSettings(unlabelled=str(text)), progress=False)
     assert again["distillation"]["teacher_logits_cached"]
+
+
+def test_an_early_exit_teacher_teaches_and_its_heads_do_not_pass_on(world, tmp_path):
+    """A teacher fine-tuned with exit heads is accepted; a student started from it is saved plain
+    (distillation trains the final classifier only, so stale exit heads must not be announced)."""
+    from albertlm.early_exit import EXIT_HEADS_NAME, has_exit_heads
+    from albertlm.train.inference import load_finetuned
+
+    teacher = tmp_path / "ee-teacher"
+    finetune("sst-2", world["pretrained"], world["data"], teacher,
+             FinetuneRecipe(steps=4, early_exit=True, **RECIPE), progress=False)
+    assert (teacher / EXIT_HEADS_NAME).is_file()
+    distill("sst-2", teacher, str(teacher), world["data"], tmp_path / "student", FinetuneRecipe(steps=2, **RECIPE),
+            progress=False)
+    model, config, _ = load_finetuned(tmp_path / "student")
+    assert not has_exit_heads(config) and type(model).__name__ == "AlbertForSequenceClassification"

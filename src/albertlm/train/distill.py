@@ -47,13 +47,13 @@ from torch import nn
 from albertlm.config import PRESETS, AlbertConfig, get_preset
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
-from albertlm.heads import HEADS
+from albertlm.heads import HEADS, resolve_problem_type
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_out_dir, head_config, load_head, load_tokenizer,
                                      prepare_task, run_features, start_outputs, train_task)
 from albertlm.train.inference import _labels as config_labels  # a fine-tuned directory's class names
-from albertlm.train.inference import load_finetuned
+from albertlm.train.inference import head_name, load_finetuned
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_path, check_field_types
 from albertlm.vocab import IGNORE_INDEX
@@ -261,10 +261,10 @@ def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device):
     if not Path(teacher_dir).is_dir():
         raise AlbertlmError(f"--teacher {teacher_dir}: no such directory")
     teacher, config, tokenizer = load_finetuned(teacher_dir, device)
-    if type(teacher).__name__ != spec.family.head:
+    if head_name(teacher) != spec.family.head:  # an early-exit teacher counts as the head it extends
         raise AlbertlmError(f"--teacher {teacher_dir} holds an {type(teacher).__name__}; task {spec.name} needs "
                             f"an {spec.family.head}")
-    problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
+    problem = resolve_problem_type(config)
     if problem != spec.problem_type:
         raise AlbertlmError(f"--teacher {teacher_dir} was trained for {problem}; task {spec.name} is "
                             f"{spec.problem_type}")

@@ -158,17 +158,20 @@ def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, re
     """The pretrained config with the task's head fields and the recipe's dropouts.
 
     config.json also records the task (`finetuning_task`, a transformers field) and the feature
-    settings (`albertlm_features`), so `albertlm evaluate` / `predict` rebuild the same inputs.
+    settings (`albertlm_features`), so `albertlm evaluate` / `predict` rebuild the same inputs. Exit
+    heads are announced exactly when the recipe trains them (`early_exit`): a base fine-tuned with
+    them does not pass its announcement on to a head trained without.
     """
     classification = spec.family.sets_problem_type
     regression = spec.problem_type == "regression" and classification
     num_labels = 1 if regression else len(labels) if labels else 2
     extra = {**base.extra, "finetuning_task": spec.name,
              "albertlm_features": dataclasses.asdict(settings)}
-    return base.replace(num_labels=num_labels, id2label=dict(enumerate(labels)) if labels else None,
-                        problem_type=spec.problem_type if classification else None,
-                        hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout,
-                        classifier_dropout_prob=recipe.classifier_dropout, extra=extra)
+    config = base.replace(num_labels=num_labels, id2label=dict(enumerate(labels)) if labels else None,
+                          problem_type=spec.problem_type if classification else None,
+                          hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout,
+                          classifier_dropout_prob=recipe.classifier_dropout, extra=extra)
+    return with_exit_heads(config, recipe.early_exit)  # off: drop any entry a fine-tuned base carried
 
 
 def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
@@ -284,7 +287,6 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe)})
     torch.manual_seed(run.recipe.seed)
     config = head_config(spec, base, run.labels, run.recipe, run.settings)
-    config = with_exit_heads(config, run.recipe.early_exit)  # off: drop any entry a fine-tuned base carried
     model = load_head(spec, model_dir, config)
     loss_fn, count_fn = head_objective(spec)
     return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
