@@ -97,3 +97,20 @@ def test_a_recipes_command_line_gives_the_recipe_back():
     assert "--short-seq-prob 0.2" in command and "--objective nsp" in command
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert pretrain_recipe(args) == recipe
+
+
+def test_a_recipes_command_line_gives_switches_back():
+    """Boolean settings become --flag / --no-flag (argparse's BooleanOptionalAction), not 'True'."""
+    import dataclasses
+    import shlex
+
+    from albertlm.cli import build_parser, pretrain_recipe
+    from albertlm.train.pretrain import RECIPES
+    from albertlm.train.pretrain_recipe import flat_settings, pretrain_command
+
+    quick = flat_settings(dataclasses.asdict(RECIPES["quick"]))
+    switches = {name: not value for name, value in quick.items() if isinstance(value, bool)}
+    assert switches
+    recipe = RECIPES["quick"].with_settings(**switches)
+    args = build_parser().parse_args(shlex.split(pretrain_command(dataclasses.asdict(recipe), "r", "DIR"))[1:])
+    assert pretrain_recipe(args) == recipe

@@ -189,7 +189,8 @@ def pretrain_command(recipe: dict[str, Any], name: str, out_dir: str) -> str:
     args = ["albertlm", "pretrain", "--name", name, "--out-dir", out_dir, "--no-progress"]
     for k, v in flat_settings(recipe).items():
         if v != defaults.get(k) and v is not None:  # None only where another flag turns the feature off
-            args += [f"--{k.replace('_', '-')}", str(v)]
+            flag = k.replace("_", "-")
+            args += [f"--{flag}" if v else f"--no-{flag}"] if isinstance(v, bool) else [f"--{flag}", str(v)]
     return shlex.join(args)
 
 
