@@ -202,7 +202,7 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
     was_training = model.training
     model.eval()
     order = sorted(range(len(features)), key=lambda i: len(features[i]))  # similar lengths share a batch
-    out: dict[str, list] = {name: [None] * len(features) for name in spec.family.outputs}
+    out: dict[str, list] = {name: [None] * len(features) for name in (*spec.family.outputs, *per_feature)}
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]
         batch = pad_batch([features[i] for i in idx])
@@ -215,7 +215,7 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
         for name in per_feature:
             values = getattr(result, name).cpu().numpy()
             for row, i in zip(values, idx):
-                out.setdefault(name, [None] * len(features))[i] = row
+                out[name][i] = row
     model.train(was_training)
     return out
 
