@@ -78,7 +78,7 @@ def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # the fbgemm path's deprecation notice (docs/benchmarks.md)
         int8 = quantize_int8(plain, "fbgemm")
-        int8_exits = quantize_int8(load_finetuned(model_dir)[0], "fbgemm")
+        int8_exits = quantize_int8(exits, "fbgemm")  # a quantized copy: `exits` stays fp32
     export_onnx(plain, tmp / "fp32.onnx")
     quantize_onnx_int8(tmp / "fp32.onnx", tmp / "int8.onnx")
     weights = (model_dir / "model.safetensors").stat().st_size

@@ -205,7 +205,10 @@ def targets_markdown(targets: list[dict]) -> list[str]:
     lines = ["| target | measured | threshold | met |", "|---|---|---|---|"]
     for t in targets:
         v = t["measured"]
-        shown = "-" if v is None else (f"{v:.2f}{t['unit']}" if t["unit"] else f"{v:.2f}")
+        if v is None:
+            shown = "-"
+        else:  # a tiny difference shows as 1.3e-06, not 0.00
+            shown = (f"{v:.2f}" if v == 0 or abs(v) >= 0.01 else f"{v:.2g}") + t["unit"]
         met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
         lines.append(f"| {t['target']} | {shown} | {t.get('op', '>=')} {t['threshold']} | {met} |")
     return lines

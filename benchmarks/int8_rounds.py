@@ -14,6 +14,8 @@ Output: one JSON object on stdout, and in --out when given.
 from __future__ import annotations
 
 import argparse
+import datetime
+import shlex
 import statistics
 import sys
 import time
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     fp32 = AlbertForSequenceClassification.from_pretrained(args.model).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # the fbgemm path's deprecation notice
-        int8 = quantize_int8(AlbertForSequenceClassification.from_pretrained(args.model).eval(), "fbgemm")
+        int8 = quantize_int8(fp32, "fbgemm")  # a quantized copy: fp32 stays as it is
     ms: dict[str, list[float]] = {"fp32": [], "int8": []}
     with torch.inference_mode():
         for model in (fp32, int8):  # warm-up: every length once
@@ -61,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                     model(**b)
                 ms[name].append(1e3 * (time.perf_counter() - start) / len(singles))
     ratios = [a / b for a, b in zip(ms["fp32"], ms["int8"])]
-    result = {"model": args.model, "examples": len(singles), "threads": args.threads, "machine": machine(),
+    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "command": shlex.join(["python", "benchmarks/int8_rounds.py", *(argv or sys.argv[1:])]),
+              "model": args.model, "examples": len(singles), "threads": args.threads, "machine": machine(),
               "fp32_ms": ms["fp32"], "int8_ms": ms["int8"], "speedup_per_round": ratios,
               "speedup_median": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios)}
     print(write_json(result, args.out))

@@ -40,7 +40,7 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     bench = load_script("benchmarks/bench_inference.py")
     out = tmp_path / "result.json"
     assert bench.main(["--model", str(tmp_path / "ft"), "--data", str(data), "--threads", "1", "--rounds", "1",
-                       "--latency-examples", "3", "--combo-patience", "2", "3", "--also", str(tmp_path / "ft"), str(data),
+                       "--latency-examples", "3", "--patiences", "1", "2", "--combo-patience", "2", "3", "--also", str(tmp_path / "ft"), str(data),
                        "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert {"transformers fp32", "ours fp32", "ours int8", "onnxruntime fp32", "onnxruntime int8",
@@ -49,6 +49,11 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     assert rows["ours fp32"]["max_abs_logit_diff_vs_ours_fp32"] == 0.0
     assert rows["transformers fp32"]["max_abs_logit_diff_vs_ours_fp32"] < 1e-4  # the same weights
     assert 1 <= rows["early exit, patience 2"]["average_layers"] <= 3
+    # patience 1 can stop before the last of the 3 layers: its layer count is evaluate's, input for input
+    from albertlm.train.inference import evaluate_dir
+
+    expected = evaluate_dir(tmp_path / "ft", data, patience=1)["early_exit"]["average_layers"]
+    assert rows["early exit, patience 1"]["average_layers"] == pytest.approx(expected)
     assert result["onnx_initializer_bytes_over_parameter_bytes"] < 1.05
     assert len(result["targets"]) == 5
     # the second task's columns: here the same model and data, so the same scores row by row

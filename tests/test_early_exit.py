@@ -286,18 +286,28 @@ def sst_dirs(tmp_path_factory):
     return model, data, root
 
 
-def test_cli_finetune_early_exit_then_evaluate_and_predict_with_patience(sst_dirs, capsys):
+@pytest.fixture(scope="module")
+def ee_dir(sst_dirs, one_thread):
+    """`albertlm finetune --early-exit` on the synthetic task: the directory both CLI tests read."""
     from albertlm.cli import main
 
     model, data, root = sst_dirs
     out = root / "ft"
+    assert main(["finetune", "--task", "sst-2", "--model", str(model), "--data", str(data), "--out", str(out),
+                 "--early-exit", "--steps", "40", "--batch-size", "16", "--lr", "2e-3", "--max-seq-length", "16",
+                 "--eval-every", "40", "--no-progress"]) == 0
+    assert (out / EXIT_HEADS_NAME).is_file()
+    return out
+
+
+def test_cli_finetune_early_exit_then_evaluate_and_predict_with_patience(sst_dirs, ee_dir, capsys):
+    from albertlm.cli import main
+
+    model, data, root = sst_dirs
+    out = ee_dir
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert main(["finetune", "--task", "sst-2", "--model", str(model), "--data", str(data), "--out", str(out),
-                     "--early-exit", "--steps", "40", "--batch-size", "16", "--lr", "2e-3", "--max-seq-length", "16",
-                     "--eval-every", "40", "--no-progress"]) == 0
-        assert (out / EXIT_HEADS_NAME).is_file()
         capsys.readouterr()
         assert main(["evaluate", "--model", str(out), "--data", str(data), "--patience", "2", "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
@@ -324,13 +334,11 @@ def test_cli_finetune_early_exit_then_evaluate_and_predict_with_patience(sst_dir
         torch.set_num_threads(threads)
 
 
-def test_cli_patience_refusals_are_one_line(sst_dirs, tmp_path, capsys):
+def test_cli_patience_refusals_are_one_line(sst_dirs, ee_dir, tmp_path, capsys):
     from albertlm.cli import main
 
     model, data, root = sst_dirs
-    out = root / "ft"
-    if not (out / EXIT_HEADS_NAME).is_file():
-        pytest.skip("needs the fine-tuned directory of the test above")
+    out = ee_dir
     plain = tmp_path / "plain"
     plain.mkdir()
     for f in out.iterdir():

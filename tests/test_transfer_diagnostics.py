@@ -42,8 +42,13 @@ def setup(tmp_path_factory):
     return model, data
 
 
-def test_report_on_tiny_model(diag, setup, tmp_path):
+def test_report_on_tiny_model(diag, setup, tmp_path, monkeypatch):
+    import tempfile
+
     model, data = setup
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where the control's copy is made
     out = tmp_path / "d.json"
     assert diag.main(["--model", str(model), "--data", str(data), "--train-examples", "100",
                       "--max-seq-length", "16", "--out", str(out)]) == 0
@@ -59,6 +64,7 @@ def test_report_on_tiny_model(diag, setup, tmp_path):
     # the control has other weights than the model it copies
     assert report["pretrained"]["first_step"]["weight_norms"] != report["control"]["first_step"]["weight_norms"]
     assert not any(p.name.startswith("reinit-") for p in model.parent.iterdir())
+    assert not list(scratch.glob("reinit-*"))  # the control's temporary copy is removed
 
 
 def test_loading_check_sees_a_changed_tensor(diag, setup):
