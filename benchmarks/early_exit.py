@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import statistics
 from collections import Counter
@@ -36,16 +37,14 @@ from pathlib import Path
 
 import torch
 
-from albertlm import AlbertForPreTraining, get_preset
 from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, patience_forward
 from albertlm.heads import AlbertForSequenceClassification
 from albertlm.tasks.registry import get_task
-from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.train.inference import _labels, _settings, evaluate_dir, load_finetuned
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from finetune_real import training_text  # noqa: E402  (a sibling script, not a package)
+import finetune_real  # noqa: E402  (a sibling script, not a package)
 from harness import write_json  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -57,15 +56,9 @@ PATIENCES = (1, 2, 3, 4, 5, 6)
 METRIC_NAMES = {"accuracy": "accuracy", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 
 
-def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int) -> Path:
-    """The 12-layer all-shared albert-tiny, randomly initialised, vocabulary trained on the task's training text."""
-    path = out / f"random-init-{task}"
-    if not (path / "model.safetensors").exists():
-        train_tokenizer(training_text(task, data), path, vocab_size=vocab_size, seed=seed, log=lambda m: None)
-        config = get_preset("albert-tiny", num_hidden_layers=12, vocab_size=Tokenizer.load(path).vocab_size)
-        torch.manual_seed(seed)
-        AlbertForPreTraining(config).save_pretrained(path)
-    return path
+random_init_dir = functools.partial(finetune_real.random_init_dir, num_hidden_layers=12)
+"""(task, data, out, vocab_size, seed) -> the 12-layer all-shared albert-tiny, randomly initialised,
+with a vocabulary trained on the task's training text."""
 
 
 def train(task: str, data: Path, out: Path, args: argparse.Namespace) -> dict:

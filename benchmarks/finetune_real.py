@@ -53,14 +53,15 @@ def training_text(task: str, data: Path) -> list[str]:
     return [e.text_a + (" " + e.text_b if e.text_b else "") for e in examples]
 
 
-def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int) -> Path:
-    """albert-tiny, randomly initialised, with a vocabulary trained on the task's training text."""
+def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int, **overrides) -> Path:
+    """albert-tiny (with `overrides` of its preset fields), randomly initialised, with a vocabulary
+    trained on the task's training text."""
     path = out / f"random-init-{task}"
     if not (path / "model.safetensors").exists():
         train_tokenizer(training_text(task, data), path, vocab_size=vocab_size, seed=seed, log=lambda m: None)
         vocab = Tokenizer.load(path).vocab_size
         torch.manual_seed(seed)
-        AlbertForPreTraining(get_preset("albert-tiny", vocab_size=vocab)).save_pretrained(path)
+        AlbertForPreTraining(get_preset("albert-tiny", **overrides, vocab_size=vocab)).save_pretrained(path)
     return path
 
 
