@@ -365,3 +365,17 @@ def test_an_early_exit_teacher_teaches_and_its_heads_do_not_pass_on(world, tmp_p
             progress=False)
     model, config, _ = load_finetuned(tmp_path / "student")
     assert not has_exit_heads(config) and type(model).__name__ == "AlbertForSequenceClassification"
+
+
+def test_a_sharded_teachers_shards_are_part_of_its_fingerprint(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {"a": "model-1.safetensors"}}')
+    (tmp_path / "model-1.safetensors").write_bytes(b"shard one")
+    before = distill_module.teacher_fingerprint(tmp_path)
+    (tmp_path / "model-1.safetensors").write_bytes(b"shard 1ne")
+    assert distill_module.teacher_fingerprint(tmp_path) != before
+    (tmp_path / distill_module.TEACHER_CACHE).write_bytes(b"the student's own cache")  # not the teacher's
+    (tmp_path / "notes.txt").write_text("not weights")
+    after = distill_module.teacher_fingerprint(tmp_path)
+    (tmp_path / "notes.txt").write_text("other words")
+    assert distill_module.teacher_fingerprint(tmp_path) == after

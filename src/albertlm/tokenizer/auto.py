@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
+from albertlm.utils import sha256_file
 from albertlm.tokenizer.base import Vocabulary
 from albertlm.tokenizer.spiece import CONFIG_FILE, MODEL_FILE, Tokenizer
 from albertlm.tokenizer.wordpiece import VOCAB_FILE, WordPieceTokenizer
@@ -85,4 +85,4 @@ def vocabulary_fingerprint(path: str | os.PathLike) -> dict:
     kind = vocabulary_kind(path)
     path = Path(path)
     file = path if path.is_file() else path / KINDS[kind][0]
-    return {"kind": kind, "file": KINDS[kind][0], "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+    return {"kind": kind, "file": KINDS[kind][0], "sha256": sha256_file(file)}

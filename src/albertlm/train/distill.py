@@ -48,6 +48,7 @@ from albertlm.config import PRESETS, AlbertConfig, get_preset
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS, resolve_problem_type
+from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_out_dir, head_config, load_head, load_tokenizer,
@@ -55,7 +56,7 @@ from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_out_dir, hea
 from albertlm.train.inference import _labels as config_labels  # a fine-tuned directory's class names
 from albertlm.train.inference import head_name, load_finetuned
 from albertlm.train.loop import CountFn, LossFn
-from albertlm.utils import atomic_path, check_field_types
+from albertlm.utils import atomic_path, check_field_types, sha256_file
 from albertlm.vocab import IGNORE_INDEX
 
 TEACHER_CACHE = "teacher_logits.safetensors"
@@ -64,8 +65,9 @@ CACHE_VERSION = "1"
 """Part of every fingerprint: bump it when the cached rows change meaning."""
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 """Batch entries the student's forward pass takes (the rest are targets)."""
-TEACHER_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
-"""Files of a fine-tuned directory whose bytes decide the teacher's outputs."""
+TEACHER_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+"""With config.json and a sharded index, the files of a fine-tuned directory whose bytes decide the
+teacher's outputs (model.safetensors, pytorch_model.bin, every shard)."""
 
 
 @dataclass(frozen=True)
@@ -176,19 +178,14 @@ def distill_objective(problem_type: str, temperature: float, alpha: float) -> tu
 
 
 # ---------------------------------------------------------------------------- the teacher's outputs
-def _hash_file(h, path: Path) -> None:
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-
-
 def teacher_fingerprint(teacher_dir: str | Path) -> str:
-    """sha256 over the teacher's config.json and weight files (what decides its outputs)."""
+    """sha256 over the teacher's config.json and weight files (a sharded index and its shards included)."""
+    folder = Path(teacher_dir)
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != TEACHER_CACHE and (
+        p.name in ("config.json", SAFETENSORS_INDEX_NAME) or p.suffix in TEACHER_WEIGHT_SUFFIXES))
     h = hashlib.sha256()
-    for name in TEACHER_FILES:
-        if (Path(teacher_dir) / name).is_file():
-            h.update(name.encode() + b"\0")
-            _hash_file(h, Path(teacher_dir) / name)
+    for name in names:
+        h.update(name.encode() + b"\0" + sha256_file(folder / name).encode() + b"\0")
     return h.hexdigest()
 
 
