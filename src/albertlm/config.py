@@ -21,7 +21,10 @@ EMBEDDING_LAYOUTS = ("albert", "albert_zh")
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
 # Keys that released TF-era configs carry and nothing reads; accepted and dropped.
-_TF_LEFTOVERS = ("down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks")
+_TF_LEFTOVERS = ("down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks",
+                 # BERT-era keys in albert_zh's and Chinese releases' configs
+                 "directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers",
+                 "pooler_size_per_head", "pooler_type")
 # Keys transformers writes that say nothing about the model's shape.
 _HF_BOOKKEEPING = (
     "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",

@@ -44,10 +44,6 @@ SKIPPED_NAMES = ("global_step",)
 
 # Keys of released TF config files that describe nothing our network has: BERT's pooler
 # options (albert_zh's files keep them from bert_config.json) and a display hint.
-_TF_CONFIG_IGNORED = ("directionality", "pooler_fc_size", "pooler_num_attention_heads",
-                      "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
-
-
 class Row(NamedTuple):
     """One line of a TF key table."""
 
@@ -326,7 +322,7 @@ def config_from_tf(data: dict[str, Any], layout: str = "google", source: str = "
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    data = {k: v for k, v in data.items() if k not in _TF_CONFIG_IGNORED}
+    data = dict(data)  # the caller's dict stays as it is
     ln_type = data.pop("ln_type", None)
     if ln_type not in (None, "postln"):
         raise ConfigError(f"{source}: ln_type {ln_type!r} is a pre-LayerNorm network albertlm does not "
