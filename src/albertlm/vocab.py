@@ -15,7 +15,7 @@ ideograph blocks of BERT's `_is_chinese_char`, plus CJK and full-width punctuati
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -54,10 +54,15 @@ class SpecialIds:
     mask: int = MASK_ID
     reserved: tuple[int, ...] = ()
 
-    @property
+    @cached_property  # read for every masked sequence; BERT layouts reserve ~1,000 ids
     def excluded(self) -> tuple[int, ...]:
         """Sorted ids that are never a random replacement: the five specials plus `reserved`."""
         return tuple(sorted({self.pad, self.unk, self.cls, self.sep, self.mask, *self.reserved}))
+
+    @cached_property
+    def _excluded_from_zero(self) -> bool:
+        """Whether the excluded ids are exactly 0..k-1 (ALBERT's layout)."""
+        return self.excluded == tuple(range(len(self.excluded)))
 
     def replacement_ids(self, vocab_size: int) -> np.ndarray:
         """int32 [n]: the ids random replacement draws from (every id below vocab_size not excluded)."""
@@ -69,9 +74,8 @@ class SpecialIds:
         When the excluded ids are 0..k-1 (ALBERT's layout) this is one `rng.integers(k, V)` call, the
         same draw as before special ids became a property of the vocabulary.
         """
-        excluded = self.excluded
-        if excluded == tuple(range(len(excluded))):
-            return rng.integers(len(excluded), vocab_size, size=n, dtype=np.int32)
+        if self._excluded_from_zero:
+            return rng.integers(len(self.excluded), vocab_size, size=n, dtype=np.int32)
         pool = self.replacement_ids(vocab_size)
         return pool[rng.integers(0, len(pool), size=n)]
 
