@@ -34,6 +34,7 @@ from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
 from albertlm.heads import (HEADS, AlbertForSequenceClassification, AlbertForTokenClassification,
                             resolve_problem_type, sequence_loss, token_loss)
+from albertlm.interop.hf import load_safetensors
 from albertlm.model import attention_bias
 
 EXIT_HEADS_NAME = "exit_heads.safetensors"
@@ -172,12 +173,7 @@ class ExitHeads:
 
 def load_exit_heads(model: ExitHeads, file: str | Path) -> None:
     """Load exit_heads.safetensors into `model`, every key and shape checked against its config."""
-    from safetensors.torch import load_file
-
-    try:
-        tensors = load_file(str(file), device="cpu")
-    except Exception as exc:  # SafetensorError, OSError: name the file, keep the cause
-        raise AlbertlmError(f"{file}: cannot read safetensors ({str(exc).splitlines()[0]})") from exc
+    tensors = load_safetensors(file)
     expected = {k: v.shape for k, v in model.exits.state_dict().items()}
     expected = {f"exits.{k}": shape for k, shape in expected.items()}
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))

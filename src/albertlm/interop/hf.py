@@ -326,7 +326,8 @@ def from_hf_state_dict(hf_state_dict: Mapping[str, torch.Tensor], config: Albert
 
 
 # ---------------------------------------------------------------------------- files
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors on the CPU; a one-line AlbertlmError naming the file when it cannot be read."""
     from safetensors.torch import load_file
 
     try:
@@ -345,7 +346,7 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
     """
     path = Path(path)
     if (path / SAFETENSORS_NAME).is_file():
-        return _load_safetensors(path / SAFETENSORS_NAME), str(path / SAFETENSORS_NAME)
+        return load_safetensors(path / SAFETENSORS_NAME), str(path / SAFETENSORS_NAME)
     index = path / SAFETENSORS_INDEX_NAME
     if index.is_file():
         try:
@@ -356,7 +357,7 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
         for shard in shards:
             if Path(shard).name != shard:  # the index names files beside it, nothing else
                 raise AlbertlmError(f"{index}: shard name {shard!r} is not a file name")
-            sd.update(_load_safetensors(path / shard))
+            sd.update(load_safetensors(path / shard))
         return sd, str(index)
     legacy = path / PYTORCH_NAME
     if legacy.is_file():
