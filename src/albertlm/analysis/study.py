@@ -37,7 +37,7 @@ from albertlm.analysis.results import (BuildSummary, Downstream, HeldoutScores, 
                                        StudyPlan, StudyResults, StudyRun, Table5Row, Table5Seed, VariantSummary,
                                        parse)
 from albertlm.analysis.settings import StudySettings, Variant
-from albertlm.config import get_preset
+from albertlm.config import AlbertConfig, get_preset
 from albertlm.distributed import DistContext
 from albertlm.train.mlm_eval import evaluate
 from albertlm.train.pretrain import PretrainRecipe, prepare_data, pretrain
@@ -295,8 +295,6 @@ def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path],
                    sst2_dir: Path | None, log: Callable[[str], None]) -> dict[str, StudyRun]:
     """Every variant at every seed, seed-major (the first seed's runs are complete before the
     second's begin); each run starts from an empty directory, so every number comes from it."""
-    from albertlm.model import AlbertForPreTraining
-
     runs: dict[str, StudyRun] = {}
     for seed in seeds(settings):
         for v in variants(settings):
@@ -310,7 +308,7 @@ def _pretrain_runs(settings: StudySettings, root: Path, shared: dict[str, Path],
             start = time.perf_counter()
             summary = parse(PretrainSummary, pretrain(recipe, run_dir, DistContext(), progress=False), "summary")
             seconds = time.perf_counter() - start
-            count = count_parameters(AlbertForPreTraining.from_pretrained(run_dir / "model").config)
+            count = count_parameters(AlbertConfig.from_json_file(run_dir / "model" / "config.json"))
             log(f"study: {name}: [MASK] accuracy {100 * summary.eval.mlm_mask_accuracy:.1f}%")
             downstream = None if sst2_dir is None else _finetune_sst2(run_dir, sst2_dir, plan, settings, log, name)
             runs[name] = StudyRun(variant=v, seed=seed, recipe=dataclasses.asdict(recipe), summary=summary,
