@@ -69,8 +69,8 @@ class TokenBaselines:
         count, since special tokens are never prediction targets (`special`: the vocabulary's ids;
         reserved ones count as special too).
         """
-        text = np.ones(vocab_size, dtype=bool)
-        text[[i for i in special.excluded if i < vocab_size]] = False
+        text = np.zeros(vocab_size, dtype=bool)
+        text[special.replacement_ids(vocab_size)] = True  # the ids that are text: not special, not reserved
         unigram = np.zeros(vocab_size, dtype=np.int64)
         codes = []
         for path in list_shards(Path(directory), split):
