@@ -285,8 +285,9 @@ def patience_forward(model: ExitHeads, input_ids: torch.Tensor, attention_mask: 
     rows = torch.arange(B, device=input_ids.device)  # which example each remaining row is
     streak = torch.zeros(B, dtype=torch.long, device=input_ids.device)  # layers the prediction has held
     out, layers, prev = None, torch.zeros_like(streak), None
+    bias = attention_bias(valid)  # rebuilt only when rows leave the batch
     for i in range(L):
-        h = encoder.layer(i, h, attention_bias(valid))
+        h = encoder.layer(i, h, bias)
         logits = model.exit_logits(i, h)  # [b, C] or [b, S', C]
         if out is None:
             out = logits.new_zeros((B, *logits.shape[1:]))
@@ -308,6 +309,7 @@ def patience_forward(model: ExitHeads, input_ids: torch.Tensor, attention_mask: 
         if columns < h.shape[1]:
             h, valid = h[:, :columns], valid[:, :columns]  # [b, S', H], [b, S']
             prev = prev[:, :columns] if model.per_position else prev
+        bias = attention_bias(valid)
     return PatienceOutput(logits=out, exit_layers=layers)
 
 
