@@ -197,6 +197,8 @@ def test_patience_refusals():
         patience_forward(model.train(), ids, mask, patience=1)
     with pytest.raises(AlbertlmError, match="positive integer"):
         patience_forward(model.eval(), ids, mask, patience=0)
+    with pytest.raises(AlbertlmError, match="positive integer"):  # a bool is not a count, here as on the CLI
+        PatienceExit(model, patience=True)
     with pytest.raises(AlbertlmError, match="no exit heads"):
         PatienceExit(AlbertForSequenceClassification(_config()), patience=1)
 

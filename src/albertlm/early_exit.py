@@ -254,6 +254,12 @@ class PatienceOutput:
     """long [B]: layer applications each example ran, 1 .. L."""
 
 
+def check_patience(patience: object) -> None:
+    """A one-line error unless `patience` is a positive integer (a bool is not one)."""
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise AlbertlmError(f"--patience must be a positive integer, got {patience!r}")
+
+
 @torch.no_grad()
 def patience_forward(model: ExitHeads, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None, *,
@@ -273,8 +279,7 @@ def patience_forward(model: ExitHeads, input_ids: torch.Tensor, attention_mask: 
     Returns:
         PatienceOutput with the exiting layers' logits and the layers each example ran.
     """
-    if not isinstance(patience, int) or patience < 1:
-        raise AlbertlmError(f"patience must be a positive integer, got {patience!r}")
+    check_patience(patience)
     if model.training:
         raise AlbertlmError("patience_forward: the model is in training mode (dropout on); call model.eval()")
     B, S = input_ids.shape
@@ -322,8 +327,7 @@ class PatienceExit(nn.Module):
         super().__init__()
         if not isinstance(model, ExitHeads):
             raise AlbertlmError(f"{type(model).__name__} has no exit heads; fine-tune with --early-exit")
-        if not isinstance(patience, int) or patience < 1:
-            raise AlbertlmError(f"--patience must be a positive integer, got {patience!r}")
+        check_patience(patience)
         self.model = model
         self.patience = patience
         self.regression_threshold = regression_threshold

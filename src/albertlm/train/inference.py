@@ -25,7 +25,7 @@ from albertlm.heads import HEADS
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
-                                 has_exit_heads, head_class)
+                                 check_patience, has_exit_heads, head_class)
 from albertlm.train.finetune import load_tokenizer, run_features, score_outputs
 
 
@@ -129,8 +129,8 @@ def exit_summary(exit_layers: list, patience: int, layers: int) -> dict[str, Any
 
 
 def _check_patience(patience: int | None, regression_threshold: float) -> None:
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
-        raise AlbertlmError(f"--patience must be a positive integer, got {patience!r}")
+    if patience is not None:
+        check_patience(patience)
     if not regression_threshold >= 0:
         raise AlbertlmError(f"--regression-threshold must not be negative, got {regression_threshold!r}")
 
