@@ -166,7 +166,7 @@ def _block(data: bytes, offset: int, size: int, where: str) -> bytes:
     return contents
 
 
-def _block_entries(block: bytes, where: str) -> Iterator[tuple[bytes, bytes]]:
+def _block_entries(block: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Yield (key, value) from one block, undoing the prefix compression of keys."""
     if len(block) < 4:
         raise ValueError("block shorter than its restart count")
@@ -213,10 +213,10 @@ def read_table(data: bytes, where: str) -> list[tuple[bytes, bytes]]:
     index = _block(data, index_offset, index_size, where)
     entries: list[tuple[bytes, bytes]] = []
     try:
-        for _, handle in _block_entries(index, where):
+        for _, handle in _block_entries(index):
             offset, size, _ = read_block_handle(handle, 0)
             block = _block(data, offset, size, where)
-            for key, value in _block_entries(block, where):
+            for key, value in _block_entries(block):
                 if entries and key <= entries[-1][0]:
                     raise ValueError(f"keys out of order at {key[:60]!r}")
                 entries.append((key, value))

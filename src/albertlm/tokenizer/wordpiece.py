@@ -170,7 +170,7 @@ class WordPieceTokenizer(PieceVocabulary):
     def _starts(self, text: str, enc) -> np.ndarray:
         """Word starts of one encoding: not `##`; in Chinese mode, CJK pieces where jieba starts a word."""
         ids = np.asarray(enc.ids, dtype=np.int64)
-        starts = self._word_start[ids].copy()
+        starts = self._word_start[ids]  # indexing by an array gives a copy
         if not self.chinese or not HAN_RE.search(text):
             return starts
         word_begins, at = set(), 0

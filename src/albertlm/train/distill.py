@@ -374,10 +374,11 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
                             f"{positions} positions")
     run = prepare_task(spec, data_dir, recipe, tokenizer, base.replace(max_position_embeddings=positions), labels)
     extra = unlabelled_features(settings.unlabelled, run, tokenizer) if settings.unlabelled else []
-    for f in run.train_f:
-        f.inputs["hard_weight"] = np.float32(1.0)
-    for f in extra:
-        f.inputs["hard_weight"] = np.float32(0.0)
+    if not spec.family.token_level:  # tokens: an unlabelled sentence has no tagged position, no weight needed
+        for f in run.train_f:
+            f.inputs["hard_weight"] = np.float32(1.0)
+        for f in extra:
+            f.inputs["hard_weight"] = np.float32(0.0)
     run = dataclasses.replace(run, train_f=run.train_f + extra, recipe=recipe.resolve(spec, len(run.train_f) + len(extra)))
 
     t_print = teacher_fingerprint(teacher_dir)
