@@ -44,9 +44,8 @@ from albertlm.early_exit import EXIT_HEADS_NAME, PatienceExit  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
-from albertlm.tasks.registry import get_task  # noqa: E402
 from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
-from albertlm.train.inference import _labels, _settings, load_finetuned, prepack_for_cpu  # noqa: E402
+from albertlm.train.inference import prepack_for_cpu, task_inputs  # noqa: E402
 from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402
 
@@ -67,13 +66,12 @@ class Autocast(torch.nn.Module):
         return out
 
 
-def variants(model_dir: Path, tmp: Path, threads: int, patiences: tuple[int, ...], combos: tuple[int, ...]
-             ) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
-    """{row name: runnable model}, {row name: bytes on disk}."""
+def variants(model_dir: Path, exits: torch.nn.Module, tmp: Path, threads: int, patiences: tuple[int, ...],
+             combos: tuple[int, ...]) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
+    """{row name: runnable model}, {row name: bytes on disk}; `exits` is the directory's early-exit model."""
     import transformers
 
-    plain = AlbertForSequenceClassification.from_pretrained(model_dir).eval()
-    exits, _, _ = load_finetuned(model_dir)
+    plain = AlbertForSequenceClassification.from_pretrained(model_dir).eval()  # the plain head class
     hf = transformers.AlbertForSequenceClassification.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # the fbgemm path's deprecation notice (docs/benchmarks.md)
@@ -118,34 +116,23 @@ def accuracy_and_layers(runs: dict, spec, examples, features, labels, settings) 
     return out
 
 
-def dev_set(model_dir: Path, data: str, task: str | None):
-    """(spec, examples, features, labels, settings) of a fine-tuned model's task on every dev example."""
-    _, config, tokenizer = load_finetuned(model_dir)
-    spec = get_task(task or config.extra.get("finetuning_task"))
-    examples = spec.read(data, "dev", False)
-    labels = _labels(config)
-    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
-    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
-    return spec, examples, features, labels, settings
-
-
 def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> dict:
     """Every row's dev metrics and layers run on another task's model (built the same way; not timed)."""
     model_dir = Path(model)
-    spec, examples, features, labels, settings = dev_set(model_dir, data, None)
+    t = task_inputs(model_dir, data)
     tmp.mkdir()
-    runs, _ = variants(model_dir, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    runs, _ = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
-        quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
-    return {"task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
+        quality = accuracy_and_layers(runs, t.spec, t.examples, t.features, t.labels, t.settings)
+    return {"task": t.spec.name, "main_metric": t.spec.main_metric, "dev_examples": len(t.examples),
             "model": str(model_dir), "rows": quality}
 
 
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
     model_dir = Path(args.model)
-    config = load_finetuned(model_dir)[1]
-    spec, examples, features, labels, settings = dev_set(model_dir, args.data, args.task)
-    runs, sizes = variants(model_dir, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    t = task_inputs(model_dir, args.data, args.task)
+    config, spec, examples, features, labels, settings = t.config, t.spec, t.examples, t.features, t.labels, t.settings
+    runs, sizes = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     singles = [batch_of([f]) for f in features[:args.latency_examples]]

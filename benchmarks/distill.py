@@ -33,10 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from albertlm.tasks.registry import get_task
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
 from albertlm.train.finetune import FinetuneRecipe, run_features
-from albertlm.train.inference import _settings, evaluate_dir, load_finetuned
+from albertlm.train.inference import evaluate_dir, task_inputs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill"
 
@@ -57,12 +56,9 @@ def subset_data(data: Path, out: Path, n: int, seed: int) -> Path:
 @torch.no_grad()
 def dev_outputs(model_dir: Path, data: Path, task: str, latency_examples: int) -> dict:
     """Dev predictions (argmax), parameters and the median batch-1 forward time over some dev sentences."""
-    model, config, tokenizer = load_finetuned(model_dir)
-    spec = get_task(task)
-    examples = spec.read(data, "dev")
-    labels = [config.id2label[i] for i in range(config.num_labels)]
-    features = spec.family.featurize(spec, examples, tokenizer, labels, _settings(config), False)
-    logits = np.stack(run_features(model, spec, features, 64, torch.device("cpu"))["logits"])
+    t = task_inputs(model_dir, data, task)
+    model, features = t.model, t.features
+    logits = np.stack(run_features(model, t.spec, features, 64, torch.device("cpu"))["logits"])
     return {"predictions": logits.argmax(-1), "parameters": model.num_parameters(),
             "latency_ms_batch1_median": latency_ms(model, features[:latency_examples]),
             "mean_tokens": float(np.mean([len(f) for f in features[:latency_examples]]))}

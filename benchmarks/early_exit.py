@@ -41,7 +41,7 @@ from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, p
 from albertlm.heads import AlbertForSequenceClassification
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, finetune
-from albertlm.train.inference import _labels, _settings, evaluate_dir, load_finetuned
+from albertlm.train.inference import evaluate_dir, task_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_real  # noqa: E402  (a sibling script, not a package)
@@ -77,11 +77,8 @@ def train(task: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
 
 def batch1_latency(task: str, model_dir: Path, data: Path, n: int, threshold: float) -> dict:
     """Milliseconds per example at batch 1: full depth through the plain head, and every patience."""
-    model, config, tokenizer = load_finetuned(model_dir)
-    spec = get_task(task)
-    examples = spec.read(data, "dev")[:n]
-    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
-    features = spec.family.featurize(spec, examples, tokenizer, _labels(config), settings, False)
+    t = task_inputs(model_dir, data, task, max_examples=n)
+    model, features = t.model, t.features
     runs = {"full": lambda ids, tt: AlbertForSequenceClassification.forward(model, ids, token_type_ids=tt)}
     for p in PATIENCES:
         runs[f"patience_{p}"] = lambda ids, tt, p=p: patience_forward(model, ids, token_type_ids=tt, patience=p,

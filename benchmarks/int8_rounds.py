@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
 from albertlm.inference.quantize import quantize_int8  # noqa: E402
-from bench_inference import dev_set  # noqa: E402
+from albertlm.train.inference import task_inputs  # noqa: E402
 from harness import machine, write_json  # noqa: E402
 from quantize_onnx import batch_of  # noqa: E402
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    features = dev_set(Path(args.model), args.data, None)[2][:args.examples]
+    features = task_inputs(args.model, args.data, max_examples=args.examples).features
     singles = [batch_of([f]) for f in features]
     fp32 = AlbertForSequenceClassification.from_pretrained(args.model).eval()
     with warnings.catch_warnings():

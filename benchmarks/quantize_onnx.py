@@ -44,9 +44,8 @@ from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.interop.onnx import (  # noqa: E402
     INPUTS, OnnxModel, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
 from albertlm.tasks.common import pad_batch  # noqa: E402
-from albertlm.tasks.registry import get_task  # noqa: E402
 from albertlm.train.finetune import run_features, score  # noqa: E402
-from albertlm.train.inference import _labels, _settings, load_finetuned  # noqa: E402
+from albertlm.train.inference import task_inputs  # noqa: E402
 
 
 def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> tuple[dict, dict]:
@@ -87,12 +86,8 @@ def batch_of(features, device="cpu") -> dict:
 
 
 def real_model(args, tmp: Path) -> dict:
-    model, config, tokenizer = load_finetuned(args.model)
-    spec = get_task(args.task or config.extra.get("finetuning_task"))
-    examples = spec.read(args.data, "dev", False)
-    labels = _labels(config)
-    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese)
-    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
+    t = task_inputs(args.model, args.data, args.task)
+    model, spec, examples, features, labels, settings = t.model, t.spec, t.examples, t.features, t.labels, t.settings
     runs, sizes = variants(model, tmp, args.threads, dynamo=True)
     cpu = torch.device("cpu")
     metrics = {name: score(m, spec, examples, features, labels, settings, 32, cpu)[0] for name, m in runs.items()}

@@ -23,7 +23,7 @@ from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
 from albertlm.tasks.common import Feature, FeatureSettings
-from albertlm.tasks.registry import get_task
+from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
                                  check_patience, has_exit_heads, head_class)
 from albertlm.train.finetune import load_tokenizer, run_features, score_outputs
@@ -135,6 +135,48 @@ def _check_patience(patience: int | None, regression_threshold: float) -> None:
         raise AlbertlmError(f"--regression-threshold must not be negative, got {regression_threshold!r}")
 
 
+@dataclasses.dataclass
+class TaskInputs:
+    """A fine-tuned model and one split of its task, made into the model's inputs."""
+
+    model: torch.nn.Module
+    config: AlbertConfig
+    tokenizer: Any
+    spec: TaskSpec
+    examples: list
+    labels: list[str] | None
+    """Class or tag names in id order (None for heads without a label set)."""
+    settings: FeatureSettings
+    features: list[Feature]
+
+
+def task_inputs(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev", *,
+                strict: bool = False, max_examples: int | None = None, device: str | torch.device = "cpu",
+                int8: str | None = None, max_answer_length: int | None = None) -> TaskInputs:
+    """Load a fine-tuned directory and featurize a split of its task the way it was fine-tuned
+    (config.json's feature settings; its label names, or the task's own order when it has none).
+
+    Raises:
+        AlbertlmError: no task named or recorded, or a head that does not fit the task.
+    """
+    model, config, tokenizer = load_finetuned(model_dir, device, int8)
+    task = task or config.extra.get("finetuning_task")
+    if not task:
+        raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
+    spec = get_task(task)
+    arch = head_name(model)
+    if spec.family.head != arch:
+        raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
+    labels = _labels(config) if spec.family.label_names is not None else None
+    if labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)) and spec.labels:
+        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
+    examples = spec.read(data_dir, split, strict)
+    examples = examples[:max_examples] if max_examples else examples
+    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
+    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
+    return TaskInputs(model, config, tokenizer, spec, examples, labels, settings, features)
+
+
 def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None = None, split: str = "dev",
                  *, batch_size: int = 64, max_examples: int | None = None, predictions: str | Path | None = None,
                  device: str | torch.device = "cpu", strict: bool = False,
@@ -165,34 +207,21 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         counted per input feature.
     """
     _check_evaluate_settings(patience, regression_threshold, batch_size, max_answer_length, max_examples, predictions)
-    model, config, tokenizer = load_finetuned(model_dir, device, int8)
-    task = task or config.extra.get("finetuning_task")
-    if not task:
-        raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
-    spec = get_task(task)
-    arch = head_name(model)
-    runner = patience_runner(model_dir, model, patience, regression_threshold) if patience is not None else model
-    if spec.family.head != arch:
-        raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
-    labels = _labels(config) if spec.family.label_names is not None else None
-    if labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)) and spec.labels:
-        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
-    examples = spec.read(data_dir, split, strict)
-    examples = examples[:max_examples] if max_examples else examples
-    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
-    features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
-    device = next(model.parameters()).device
+    t = task_inputs(model_dir, data_dir, task, split, strict=strict, max_examples=max_examples, device=device,
+                    int8=int8, max_answer_length=max_answer_length)
+    runner = patience_runner(model_dir, t.model, patience, regression_threshold) if patience is not None else t.model
     extra = ("exit_layers",) if patience is not None else ()
-    outputs = run_features(runner, spec, features, batch_size, device, per_feature=extra)
-    metrics, preds = score_outputs(spec, examples, features, outputs, labels, settings)
+    outputs = run_features(runner, t.spec, t.features, batch_size, next(t.model.parameters()).device,
+                           per_feature=extra)
+    metrics, preds = score_outputs(t.spec, t.examples, t.features, outputs, t.labels, t.settings)
     if predictions is not None:
-        spec.family.write(Path(predictions), examples, preds)
+        t.spec.family.write(Path(predictions), t.examples, preds)
     elif not metrics:
         raise AlbertlmError(f"{data_dir}: the {split} split has no labels, so there is nothing to score; "
                             "pass --predictions FILE to write predictions, or use `albertlm predict`")
-    result = {"task": spec.name, "split": split, "examples": len(examples), "metrics": metrics}
+    result = {"task": t.spec.name, "split": split, "examples": len(t.examples), "metrics": metrics}
     if patience is not None:
-        result["early_exit"] = exit_summary(outputs["exit_layers"], patience, config.num_layer_calls)
+        result["early_exit"] = exit_summary(outputs["exit_layers"], patience, t.config.num_layer_calls)
     return result
 
 
