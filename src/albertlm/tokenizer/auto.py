@@ -8,15 +8,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import sha256_file
-from albertlm.tokenizer.base import Vocabulary
+from albertlm.tokenizer.base import Vocabulary, read_config
 from albertlm.tokenizer.spiece import CONFIG_FILE, MODEL_FILE, Tokenizer
 from albertlm.tokenizer.wordpiece import VOCAB_FILE, WordPieceTokenizer
+from albertlm.utils import sha256_file
 
 KINDS = {"sentencepiece": (MODEL_FILE, Tokenizer), "wordpiece": (VOCAB_FILE, WordPieceTokenizer)}
 """Vocabulary kind → (its file, its class)."""
@@ -48,12 +47,9 @@ def vocabulary_kind(path: str | os.PathLike) -> str:
 
 def _declared_kind(config_file: Path) -> str | None:
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        config, ours = read_config(config_file)
+    except (OSError, AlbertlmError):  # missing or unreadable: the caller says the kind is undeclared
         return None
-    if not isinstance(config, dict):
-        return None
-    ours = config.get("albertlm") if isinstance(config.get("albertlm"), dict) else {}
     if ours.get("vocabulary") in KINDS:
         return ours["vocabulary"]
     name = str(config.get("tokenizer_class") or "")
