@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
-from albertlm.train.finetune import FinetuneRecipe, run_features
-from albertlm.train.inference import evaluate_dir, task_inputs
+from albertlm.train.finetune import FinetuneRecipe, run_features, score_outputs
+from albertlm.train.inference import task_inputs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill"
 
@@ -55,11 +55,12 @@ def subset_data(data: Path, out: Path, n: int, seed: int) -> Path:
 
 @torch.no_grad()
 def dev_outputs(model_dir: Path, data: Path, task: str, latency_examples: int) -> dict:
-    """Dev predictions (argmax), parameters and the median batch-1 forward time over some dev sentences."""
+    """Dev predictions (argmax) and metrics, parameters and the median batch-1 forward time over some dev sentences."""
     t = task_inputs(model_dir, data, task)
     model, features = t.model, t.features
-    logits = np.stack(run_features(model, t.spec, features, 64, torch.device("cpu"))["logits"])
-    return {"predictions": logits.argmax(-1), "parameters": model.num_parameters(),
+    outputs = run_features(model, t.spec, features, 64, torch.device("cpu"))
+    metrics = score_outputs(t.spec, t.examples, features, outputs, t.labels, t.settings)[0]
+    return {"predictions": np.stack(outputs["logits"]).argmax(-1), "metrics": metrics, "parameters": model.num_parameters(),
             "latency_ms_batch1_median": latency_ms(model, features[:latency_examples]),
             "mean_tokens": float(np.mean([len(f) for f in features[:latency_examples]]))}
 
@@ -130,7 +131,7 @@ def main() -> int:
     start = time.perf_counter()
     data = subset_data(args.data, args.out, args.train_examples, seed=1234)
     teacher = dev_outputs(args.teacher, data, args.task, args.latency_examples)
-    teacher["accuracy"] = evaluate_dir(args.teacher, data, args.task)["metrics"]["accuracy"]
+    teacher["accuracy"] = teacher["metrics"]["accuracy"]
     runs = []
     cache = next(args.out.glob(f"*/{TEACHER_CACHE}"), None)  # an earlier invocation's: its key decides reuse
     for seed in args.seeds:

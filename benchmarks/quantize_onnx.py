@@ -44,7 +44,7 @@ from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.interop.onnx import (  # noqa: E402
     INPUTS, OnnxModel, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
 from albertlm.tasks.common import pad_batch  # noqa: E402
-from albertlm.train.finetune import run_features, score  # noqa: E402
+from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
 from albertlm.train.inference import task_inputs  # noqa: E402
 
 
@@ -90,12 +90,12 @@ def real_model(args, tmp: Path) -> dict:
     model, spec, examples, features, labels, settings = t.model, t.spec, t.examples, t.features, t.labels, t.settings
     runs, sizes = variants(model, tmp, args.threads, dynamo=True)
     cpu = torch.device("cpu")
-    metrics = {name: score(m, spec, examples, features, labels, settings, 32, cpu)[0] for name, m in runs.items()}
+    with torch.inference_mode():  # each variant over the dev set once: its metrics, and its logits against ours fp32
+        logits = {name: run_features(m, spec, features, 32, cpu) for name, m in runs.items()}
+    metrics = {name: score_outputs(spec, examples, features, logits[name], labels, settings)[0] for name in runs}
     singles = [batch_of([f]) for f in features[:args.latency_examples]]
     jobs = {"batch1_s": lambda m: [m(**b) for b in singles],
             "dev_batch32_s": lambda m: run_features(m, spec, features, 32, cpu)}
-    with torch.inference_mode():  # how far each variant's logits are from ours fp32, over the dev set
-        logits = {name: run_features(m, spec, features, 32, cpu) for name, m in runs.items()}
     times = time_rounds(runs, jobs, args.rounds)
     result = {}
     for name in runs:
