@@ -14,7 +14,8 @@ checkout. For STS-B (regression) an input stops once its output has moved less t
     python benchmarks/early_exit.py --threads 2 --out runs/bench-early-exit
 
 For each task, on the first --dev-examples dev examples: `evaluate_dir` at every patience and at
-full depth gives the metrics, the average layers run and the batched (64) evaluation time; then
+full depth gives the metrics, the average layers run and the wall time of that call ("eval s": batch 64,
+loading the model and featurizing the dev set included, so it understates the gain of early exit); then
 each of the first --latency-examples examples runs alone (batch 1, no padding) through the plain
 head at full depth and through `patience_forward` at every patience, the settings interleaved
 example by example so that load from other processes falls on all of them alike. A task whose run
