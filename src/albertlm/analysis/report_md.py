@@ -238,7 +238,7 @@ def _study_observed(variants: dict[str, VariantSummary], base: int, hidden: int,
 
 def _plateau_note(study: StudyResults) -> str:
     """Name the variants whose mean [MASK] accuracy is below the context baseline: still on the plateau."""
-    bigram = next(iter(study.runs.values())).summary.eval.baseline_bigram_accuracy
+    bigram = study.first_eval.baseline_bigram_accuracy
     stuck = [name for name, v in study.variants.items() if v.mask_accuracy_mean < bigram]
     if not stuck:
         return _fill("study_off_plateau", bigram=_pct(bigram))
@@ -248,7 +248,7 @@ def _plateau_note(study: StudyResults) -> str:
 
 
 def _heldout_se(study: StudyResults) -> str:
-    first = next(iter(study.runs.values())).summary.eval
+    first = study.first_eval
     seeds = len(study.seeds)
     return _fill("study_heldout_se", se=f"{_se(first.mlm_mask_accuracy, first.mask_positions):.1f}",
                  positions=f"{int(first.mask_positions):,}", seeds=seeds, times="times" if seeds > 1 else "time",
@@ -267,17 +267,16 @@ def _study_scale(st: StudyResults) -> dict[str, Any]:
                 seq_len=s.max_seq_length, curriculum=curriculum, optimizer=s.optimizer, lr=f"{s.lr:g}",
                 tokens=f"{tokens:,}", paper_share=f"{tokens / PAPER_TOKENS:.1e}",
                 epochs=f"{tokens / max(train_tokens, 1):.2f}", train_tokens=f"{train_tokens:,}", corpus=s.corpus,
-                pairs=f"{int(next(iter(st.runs.values())).summary.eval.examples):,}")
+                pairs=f"{int(st.first_eval.examples):,}")
 
 
 def _study_tables(st: StudyResults, down: bool) -> tuple[str, str]:
     """Table 3 (E x the swept sharing strategies) and Table 4 (sharing at the base E)."""
     variants, base, hidden = st.variants, st.base_embedding, st.hidden
-    sizes = list(dict.fromkeys(e or hidden for e in st.settings.embedding_sizes))
     sst2 = ["SST-2 dev %"] if down else []
     rows = []
     for sharing in ("none", "all", "attention", "ffn"):
-        for e in sizes:
+        for e in st.embedding_sizes:
             v = variants.get(f"e{e}-{sharing}")
             if v is None or sharing not in st.settings.table3_sharing:
                 continue
@@ -306,13 +305,12 @@ def _study_tables(st: StudyResults, down: bool) -> tuple[str, str]:
 def _study(r: Report) -> list[str]:
     st = r.study
     down = any(v.downstream for v in st.variants.values())
-    sizes = list(dict.fromkeys(e or st.hidden for e in st.settings.embedding_sizes))
     table3, table4 = _study_tables(st, down)
-    first = next(iter(st.runs.values())).summary.eval
+    first = st.first_eval
     return [_fill("study", **_study_scale(st), downstream=r.downstream, table3=table3, base=st.base_embedding,
                   table4=table4, unigram=_pct(first.baseline_unigram_accuracy),
                   bigram=_pct(first.baseline_bigram_accuracy), heldout_se=_heldout_se(st),
-                  observed=_study_observed(st.variants, st.base_embedding, st.hidden, sizes),
+                  observed=_study_observed(st.variants, st.base_embedding, st.hidden, st.embedding_sizes),
                   plateau=_plateau_note(st), figure_study=r.figures.study, figure_curves=r.figures.curves)]
 
 

@@ -284,6 +284,16 @@ class StudyResults:
     base_embedding: int
     builds: dict[str, BuildSummary]
 
+    @property
+    def embedding_sizes(self) -> list[int]:
+        """The swept E values in order, "E = H" (None in the settings) as the hidden size."""
+        return list(dict.fromkeys(e or self.hidden for e in self.settings.embedding_sizes))
+
+    @property
+    def first_eval(self) -> HeldoutScores:
+        """The first run's held-out scores: the baselines and pair count every run shares (one data build)."""
+        return next(iter(self.runs.values())).summary.eval
+
 
 # ---------------------------------------------------------------------------- the report
 @dataclass(frozen=True)
