@@ -293,7 +293,7 @@ def test_cli_end_to_end(world, tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
     assert main(["distill", "--teacher", str(world["teacher"]), "--student", "test", "--task", "sst-2",
                  "--data", str(world["data"]), "--out", str(world["teacher"])]) == 2
-    assert "would overwrite it" in capsys.readouterr().err
+    assert "would overwrite its own input" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- token classification

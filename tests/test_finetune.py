@@ -280,7 +280,7 @@ def test_cli_finetune_errors_are_one_line(model_dir, tmp_path, capsys):
     # the output directory may not be the model (it would be overwritten), nor too short an input length
     assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path),
                  "--out", str(model_dir)]) == 2
-    assert "would overwrite it" in capsys.readouterr().err
+    assert "would overwrite its own input" in capsys.readouterr().err
     assert main(["finetune", "--task", "mrpc", "--model", str(model_dir), "--data", str(tmp_path),
                  "--max-seq-length", "3"]) == 2
     assert "max_seq_length must be at least 8" in capsys.readouterr().err

@@ -125,10 +125,11 @@ class RunLock:
     start time. The lock is an OS lock: it is released when the process dies, however it dies.
     """
 
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike, hint: str = "choose another --name"):
         from filelock import FileLock
 
         self.run_dir = Path(run_dir)
+        self.hint = hint
         self._lock = FileLock(str(self.run_dir / LOCK), timeout=0)
 
     def __enter__(self) -> RunLock:
@@ -139,7 +140,7 @@ class RunLock:
             self._lock.acquire()
         except Timeout:
             raise AlbertlmError(f"{self.run_dir}: in use by another run ({self._holder()}); wait for it to "
-                                "finish or choose another --name") from None
+                                f"finish or {self.hint}") from None
         (self.run_dir / OWNER).write_text(json.dumps({
             "pid": os.getpid(), "host": socket.gethostname(),
             "started": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")

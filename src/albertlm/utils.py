@@ -1,33 +1,108 @@
-"""Small shared helpers: atomic file writes."""
+"""Small shared helpers: atomic file and directory writes, field checks, checksums."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def fsync_directory(path: str | os.PathLike) -> None:
+    """Flush a directory's entries (a rename inside it) to disk; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it replaces `path` in one rename.
 
-    A crash at any moment leaves either the old file or the new one, never a torn file.
+    A crash at any moment leaves either the old file or the new one, never a torn file. The new
+    file gets the mode `open()` would give it (0666 less the umask; mkstemp's own is 0600), and the
+    directory is flushed after the rename, so the new name survives a power cut too.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory where a file is to be written", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         yield tmp_path
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
+        fsync_directory(path.parent)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def replace_directory(new: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Put the complete directory `new` at `dst` as a whole, replacing what `dst` held.
+
+    A fresh `dst` is one rename. An existing one is swapped with `new` in one atomic exchange where
+    the kernel offers it (Linux renameat2 RENAME_EXCHANGE), else moved aside, `new` renamed in and
+    the old one removed: at no moment does `dst` hold a mix of old and new files. The old contents
+    end at `new`'s path and are deleted.
+    """
+    import shutil
+
+    new, dst = Path(new), Path(dst)
+    if not os.path.lexists(dst):
+        os.replace(new, dst)
+        fsync_directory(dst.parent)
+        return
+    if not _exchange(new, dst):
+        aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
+        os.rmdir(aside)
+        os.replace(dst, aside)
+        os.replace(new, dst)
+        new = aside
+    fsync_directory(dst.parent)
+    shutil.rmtree(new)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

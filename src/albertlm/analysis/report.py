@@ -35,6 +35,9 @@ from albertlm.analysis.results import (Environment, Figures, Report, SpeedResult
 from albertlm.analysis.settings import ReportSettings
 from albertlm.analysis.speed import measure_speed
 from albertlm.analysis.study import run_study
+from albertlm.errors import AlbertlmError
+from albertlm.outputs import OutputDir
+from albertlm.utils import atomic_write_text
 
 FINETUNE_SHARE = 0.3
 """Share of each run's time that goes to SST-2 fine-tuning when the downstream score is on."""
@@ -132,7 +135,6 @@ def _training_curves(study: StudyResults) -> dict[str, list[tuple[int, float]]]:
 def _check_inputs(settings: ReportSettings) -> None:
     """Fail before any work on a corpus or checkpoint that cannot be read."""
     from albertlm.data.corpus import Corpus
-    from albertlm.errors import AlbertlmError
 
     Corpus(settings.resolved_study().corpus)  # resolves the files now: a typo fails here
     if settings.hf_checkpoint:
@@ -175,10 +177,41 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
         The path of report.md.
     """
     _check_inputs(settings)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.log").unlink(missing_ok=True)
-    log = log or _logger(out / "report.log")
+    claimed = OutputDir(out_dir, "report", REPORT_FILES, inputs=_inputs(settings))
+    out = claimed.path
+    with claimed.claim():
+        _check_study_dir(out / "study")
+        (out / "report.log").unlink(missing_ok=True)  # the directory is this command's own (claimed)
+        return _run_report(settings, out, command, log or _logger(out / "report.log"))
+
+
+REPORT_FILES = ("report.md", "results.json", "report.log", "study", "*.png")
+"""What `albertlm report` writes into --out."""
+
+_STUDY_ENTRIES = {"shared", "runs"}
+
+
+def _inputs(settings: ReportSettings) -> dict[str, str]:
+    """The report's input paths by flag (its --out may be none of them)."""
+    return {flag: value for flag, value in (("--corpus", settings.corpus), ("--sst2", settings.sst2_data),
+                                            ("--hf-checkpoint", settings.hf_checkpoint))
+            if value and Path(value).exists()}
+
+
+def _check_study_dir(study: Path) -> None:
+    """Refuse (one line) to replace a study/ that holds anything the study did not write."""
+    if not study.exists():
+        return
+    if study.is_symlink() or not study.is_dir():
+        raise AlbertlmError(f"{study}: not a directory the study wrote (a link or a file); not replacing it")
+    foreign = sorted(e.name for e in study.iterdir() if e.name not in _STUDY_ENTRIES)
+    if foreign:
+        raise AlbertlmError(f"{study}: holds files the study did not write ({', '.join(foreign[:3])}); not "
+                            "replacing it: move them, or choose another --out")
+
+
+def _run_report(settings: ReportSettings, out: Path, command: str, log: Callable[[str], None]) -> Path:
+    """run_report's body, in its claimed output directory."""
     saved_threads = torch.get_num_threads()
     try:
         start = time.perf_counter()
@@ -214,9 +247,9 @@ def run_report(settings: ReportSettings, out_dir: str | os.PathLike, command: st
                         environment=dataclasses.replace(env, load_average_end=_load_average()), threads=threads,
                         timings=timings, params=params, xxlarge_note=XXLARGE_NOTE, speed=speed, study=study,
                         downstream=downstream_note, figures=figures, out_dir=str(out.resolve()))
-        (out / "results.json").write_text(to_json(report))
+        atomic_write_text(out / "results.json", to_json(report))
         path = out / "report.md"
-        path.write_text(render(report))
+        atomic_write_text(path, render(report))
         log(f"report: wrote {path} in {wall / 60:.1f} min")
         return path
     finally:
@@ -236,7 +269,10 @@ def render_results(out_dir: str | os.PathLike) -> Path:
     out = Path(out_dir)
     text = render(from_json(out / "results.json"))
     path = out / "report.md"
-    path.write_text(text)
+    if path.is_dir() or path.is_symlink():
+        raise AlbertlmError(f"{path}: a {'directory' if path.is_dir() else 'link'} where report.md is to be "
+                            "written; move it away and run again")
+    atomic_write_text(path, text)
     return path
 
 

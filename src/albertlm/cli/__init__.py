@@ -77,10 +77,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"albertlm {args.command}: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        where = f" writing {exc.filename}" if exc.filename else ""
-        print(f"albertlm {args.command}: error: no space left on the device{where}; files are written atomically, "
-              "so what existed before is intact: free some space and run the command again", file=sys.stderr)
+        print(f"albertlm {args.command}: error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
 
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an operating-system error that reached the command: the file and what went wrong.
+
+    A full disk says that the file was written atomically (every albertlm output is), so what existed
+    before is intact.
+    """
+    where = f" writing {exc.filename}" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device{where}; files are written atomically, so what existed before is "
+                "intact: free some space and run the command again")
+    what = exc.strerror or type(exc).__name__
+    if exc.errno == errno.EROFS:
+        what += ": choose an output on a writable file system"
+    names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)
+    return f"{names}: {what}" if names else what

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
+from albertlm.outputs import check_not_input
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
@@ -34,6 +35,7 @@ def export_run(args: argparse.Namespace) -> int:
         raise AlbertlmError(f"{out}: {'is a directory' if out.is_dir() else 'its directory does not exist'}")
     if not Path(args.model).is_dir():
         raise AlbertlmError(f"{args.model}: not a model directory")
+    check_not_input(out, "OUT", {"DIR": args.model})
     arch, _ = read_architecture(args.model)
     classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
     if arch not in ONNX_OUTPUTS:

@@ -173,18 +173,21 @@ def tokenizer_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from albertlm.data.corpus import DEFAULT_MAX_LINE_CHARS, Corpus, format_corpus_stats
+    from albertlm.outputs import TOKENIZER_FILES, OutputDir
     from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, train_tokenizer
 
     corpus = Corpus(args.input, text_key=args.text_key, max_line_chars=args.max_line_chars or DEFAULT_MAX_LINE_CHARS)
+    out = OutputDir(args.out, "tokenizer train", TOKENIZER_FILES, inputs=[("--input", path) for files in corpus.files for path in files])
 
     def sentences():  # a progress bar on a terminal only, never in logs
         return iter(tqdm(corpus.sentences(), desc="reading", unit=" sentences", leave=False,
                          disable=not sys.stderr.isatty()))
 
-    result = train_tokenizer(sentences, args.out, args.vocab_size, do_lower_case=not args.cased,
-                             keep_accents=args.keep_accents, chinese=True if args.chinese else None,
-                             strict=args.strict, input_sentence_size=args.input_sentence_size,
-                             num_threads=args.threads, seed=args.seed)
+    with out.claim():
+        result = train_tokenizer(sentences, args.out, args.vocab_size, do_lower_case=not args.cased,
+                                 keep_accents=args.keep_accents, chinese=True if args.chinese else None,
+                                 strict=args.strict, input_sentence_size=args.input_sentence_size,
+                                 num_threads=args.threads, seed=args.seed)
     print(format_corpus_stats(corpus.stats), file=sys.stderr)
     mode = ", Chinese mode" if result.chinese else ""
     print(f"wrote {Path(args.out) / MODEL_FILE} and {CONFIG_FILE}: {result.vocab_size:,} pieces "

@@ -28,6 +28,7 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, numbered_lines, open_text, truncate_pair
+from albertlm.utils import atomic_write_text
 from albertlm.vocab import pair_inputs
 
 Label = str | float | list[str] | None
@@ -301,4 +302,4 @@ def write_predictions(path: str | Path, examples: Sequence[TextExample], predict
     for i, pred in enumerate(predictions):
         value = ",".join(pred) if isinstance(pred, list) else (f"{pred:.4f}" if isinstance(pred, float) else pred)
         lines.append(f"{i}\t{value}")
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")

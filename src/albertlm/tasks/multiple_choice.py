@@ -27,6 +27,7 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, numbered_lines, truncate_pair
+from albertlm.utils import atomic_write_text
 from albertlm.vocab import pair_inputs
 
 LETTERS = "ABCDEFGHIJ"
@@ -166,4 +167,4 @@ def choice_predictions(logits: np.ndarray) -> list[int]:
 def write_predictions(path: str | Path, examples: Sequence[ChoiceExample], predictions: Sequence[int]) -> None:
     """A JSON object {question id: option letter}."""
     data = {ex.guid: LETTERS[p] for ex, p in zip(examples, predictions)}
-    Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")

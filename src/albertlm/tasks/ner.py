@@ -29,6 +29,7 @@ import numpy as np
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import Feature, FeatureSettings, RowErrors, encode_words, numbered_lines
 from albertlm.tasks.metrics import iob1_to_bio
+from albertlm.utils import atomic_write_text
 from albertlm.vocab import IGNORE_INDEX
 
 _TAG_RE = re.compile(r"^(O|[BIES]-\S+)$")
@@ -204,4 +205,4 @@ def write_predictions(path: str | Path, examples: Sequence[TokenExample], predic
         gold = ex.tags or ["O"] * len(ex.tokens)
         lines += [f"{t if t.strip() else '_'} {g} {p}" for t, g, p in zip(ex.tokens, gold, pred)]
         lines.append("")
-    Path(path).write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines))

@@ -27,6 +27,7 @@ import numpy as np
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import (Feature, FeatureSettings, MalformedDataWarning, RowErrors, encode_words,
                                    open_text, split_words)
+from albertlm.utils import atomic_write_text
 from albertlm.vocab import pair_inputs
 
 
@@ -247,4 +248,4 @@ def squad_predictions(examples: Sequence[SquadExample], features: Sequence[Featu
 def write_predictions(path: str | Path, examples: Sequence[SquadExample], predictions: Sequence[str]) -> None:
     """The official evaluation script's input: a JSON object {question id: answer text}."""
     data = {ex.qid: pred for ex, pred in zip(examples, predictions)}
-    Path(path).write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, ensure_ascii=False, indent=1) + "\n")

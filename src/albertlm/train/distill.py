@@ -31,6 +31,7 @@ from step 0 (fine-tuning keeps no training checkpoints).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -51,8 +52,8 @@ from albertlm.heads import HEADS, resolve_problem_type
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_out_dir, head_config, load_head, load_tokenizer,
-                                     prepare_task, run_features, start_outputs, train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, head_config, load_head, load_tokenizer,
+                                     output_dir, prepare_task, run_features, start_outputs, train_task)
 from albertlm.train.inference import _labels as config_labels  # a fine-tuned directory's class names
 from albertlm.train.inference import head_name, load_finetuned
 from albertlm.train.loop import CountFn, LossFn
@@ -348,15 +349,16 @@ def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_di
         unlabelled file and count, whether the teacher's logits came from the cache.
     """
     device = resolve_device(device)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), contextlib.ExitStack() as held:
         return _distill(task, teacher_dir, student, data_dir, out_dir, recipe or FinetuneRecipe(),
-                        settings or DistillSettings(), device=device, progress=progress)
+                        settings or DistillSettings(), device=device, progress=progress, held=held)
 
 
 def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
              out_dir: str | Path, recipe: FinetuneRecipe, settings: DistillSettings, *, device: torch.device,
-             progress: bool) -> dict[str, Any]:
-    """distill()'s body, run inside a fork of torch's global generator (it seeds it)."""
+             progress: bool, held: contextlib.ExitStack) -> dict[str, Any]:
+    """distill()'s body, run inside a fork of torch's global generator (it seeds it); the claim of --out is
+    entered into `held`, which distill() leaves when the run ends."""
     spec = get_task(task) if isinstance(task, str) else task
     if not spec.family.token_level and (not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS):
         raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification, regression and "
@@ -367,7 +369,8 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device)
     base, student_dir = student_base(student, t_config, tokenizer, settings)
     inputs = {"--teacher": teacher_dir, "--data": data_dir, **({"--student": student_dir} if student_dir else {})}
-    out_dir = check_out_dir(out_dir, inputs)
+    out = output_dir(out_dir, "distill", inputs)
+    out_dir = out.path
     positions = min(base.max_position_embeddings, t_config.max_position_embeddings)
     if recipe.max_seq_length is not None and recipe.max_seq_length > positions:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the teacher or the student has only "
@@ -386,6 +389,7 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
               "alpha": settings.alpha, "student": str(student), "student_layers": settings.student_layers,
               "student_hidden": settings.student_hidden, "unlabelled": settings.unlabelled,
               "unlabelled_features": len(extra)}
+    held.enter_context(out.claim())
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
     key = inputs_fingerprint(t_print, run.train_f, run.settings)
     logits, cached = teacher_logits(teacher, spec, run.train_f, key, out_dir / TEACHER_CACHE,

@@ -38,7 +38,8 @@ from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.loop import Cadence, CountFn, LossFn, StepSettings, run_steps
 from albertlm.train.metrics import MetricsLogger
-from albertlm.utils import check_field_types
+from albertlm.outputs import FINETUNE_FILES, OutputDir
+from albertlm.utils import atomic_write_text, check_field_types
 from albertlm.vocab import IGNORE_INDEX
 
 
@@ -274,7 +275,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     """finetune()'s body, run inside a fork of torch's global generator (it seeds it)."""
     spec = get_task(task) if isinstance(task, str) else task
     recipe = recipe or FinetuneRecipe()
-    out_dir = check_out_dir(out_dir, {"--model": model_dir, "--data": data_dir})
+    out = output_dir(out_dir, "finetune", {"--model": model_dir, "--data": data_dir})
     if recipe.early_exit and spec.family.head not in EXIT_HEADS:
         raise AlbertlmError(f"--early-exit: task {spec.name} uses an {spec.family.head}; early exit is implemented "
                             f"for {' and '.join(EXIT_HEADS)}")
@@ -284,13 +285,14 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
                             f"{base.max_position_embeddings} positions")
     tokenizer = load_tokenizer(model_dir)
     run = prepare_task(spec, data_dir, recipe, tokenizer, base)
-    start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe)})
     torch.manual_seed(run.recipe.seed)
     config = head_config(spec, base, run.labels, run.recipe, run.settings)
     model = load_head(spec, model_dir, config)
     loss_fn, count_fn = head_objective(spec)
-    return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
-                      device=device, progress=progress, record={"model_dir": str(model_dir)})
+    with out.claim():
+        start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe)})
+        return train_task(run, model.to(device).train(), tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn,
+                          device=device, progress=progress, record={"model_dir": str(model_dir)})
 
 
 # ---------------------------------------------------------------------------- the pieces of a run
@@ -312,16 +314,10 @@ class TaskRun:
     """The run's generator: it chose the training subset and draws the data order."""
 
 
-def check_out_dir(out_dir: str | Path, inputs: dict[str, str | Path]) -> Path:
-    """`out_dir` as a Path, refused when it is a file or one of the run's inputs ({flag: path})."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise AlbertlmError(f"--out {out_dir}: exists and is not a directory")
-    for flag, other in inputs.items():
-        if out_dir.resolve() == Path(other).resolve():
-            raise AlbertlmError(f"--out {out_dir} is the {flag} directory: fine-tuning would overwrite it; "
-                                "choose another --out")
-    return out_dir
+def output_dir(out_dir: str | Path, command: str, inputs: dict[str, str | Path]) -> OutputDir:
+    """The run's --out, checked now (writes nothing): not a file, not one of the inputs ({flag: path}), empty
+    or an earlier output of the same command (outputs.py); `claim()` it once the inputs are known to be usable."""
+    return OutputDir(out_dir, command, FINETUNE_FILES, inputs=inputs)
 
 
 def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, tokenizer, base: AlbertConfig,
@@ -366,10 +362,10 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
 
 
 def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
-    """Create `out_dir` (only once the inputs are known to be usable) and write recipe.json there."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)  # a run replaces the outputs of an earlier one
-    (out_dir / "recipe.json").write_text(json.dumps(recipe_record, indent=2))
+    """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()): recipe.json, and a new
+    metrics.jsonl (a rerun into its own earlier output replaces that output's records)."""
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    atomic_write_text(out_dir / "recipe.json", json.dumps(recipe_record, indent=2))
 
 
 def head_objective(spec: TaskSpec) -> tuple[LossFn, CountFn]:
@@ -449,7 +445,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                "last": last, "steps": step, "stopped_early": step < r.steps, **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2))
     return results
 
 
