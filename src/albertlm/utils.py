@@ -47,8 +47,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        os.chmod(tmp_path, 0o666 & ~current_umask())
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~current_umask())  # after the write: some writers replace the file
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)

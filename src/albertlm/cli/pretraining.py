@@ -73,7 +73,7 @@ def pretrain_run(args: argparse.Namespace) -> int:
 
     recipe = pretrain_recipe(args)
     Corpus(recipe.corpus)  # a corpus that cannot be read fails here, before any work
-    name = args.name or f"{recipe.preset}-{re.sub(r'[^A-Za-z0-9._-]+', '_', Path(recipe.corpus).stem)[:40]}"
+    name = args.name if args.name is not None else f"{recipe.preset}-{re.sub(r'[^A-Za-z0-9._-]+', '_', Path(recipe.corpus).stem)[:40]}"
     run_dir = run_directory(args.out_dir, name)
     if args.restart:
         check_removable(run_dir)

@@ -125,7 +125,8 @@ class PretrainRecipe:
         if self.curriculum_seq_length is not None and not 8 <= self.curriculum_seq_length < length:
             raise AlbertlmError(f"curriculum_seq_length must be in [8, max_seq_length), got {self.curriculum_seq_length}")
         if not 0 <= self.curriculum_steps <= self.steps:
-            raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps}")
+            raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps} of "
+                                f"{self.steps} steps (--curriculum-steps sets it)")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise AlbertlmError(f"dropout must be in [0, 1), got {self.dropout}")
         get_preset(self.preset)  # an unknown preset fails here, before any work
@@ -136,7 +137,13 @@ class PretrainRecipe:
 
     def with_settings(self, **changes: Any) -> PretrainRecipe:
         """This recipe with fields changed, the build's among them by their own names
-        (`max_seq_length=128`, `objective="nsp"`), as the command line takes them."""
+        (`max_seq_length=128`, `objective="nsp"`), as the command line takes them.
+
+        A step count given without its curriculum keeps the recipe's share of curriculum steps
+        (the quick recipe's 1,000 of 3,500 become 171 of 600), so a shorter run is not refused
+        for a default the user never set."""
+        if "steps" in changes and "curriculum_steps" not in changes and self.curriculum_steps:
+            changes["curriculum_steps"] = round(self.curriculum_steps * changes["steps"] / self.steps)
         build = {k: changes.pop(k) for k in list(changes) if k in BUILD_FIELDS}
         if build:
             changes["build"] = dataclasses.replace(changes.get("build", self.build), **build)
