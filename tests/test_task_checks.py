@@ -11,11 +11,13 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from albertlm.cli import main
 from albertlm.errors import AlbertlmError
-from albertlm.train.distill import distill
+from albertlm.train import distill as distill_module
+from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.train.inference import evaluate_dir, predict_lines
 from test_distill import RECIPE, _pretrained, write_sst, write_stsb
@@ -106,6 +108,15 @@ def test_heads_that_fit_still_score(fx, tmp_path):
     assert evaluate_dir(unnamed, fx["sst"]) == evaluate_dir(fx["ft"], fx["sst"])
 
 
+def test_a_teacher_is_checked_against_the_task_as_evaluate_checks_a_model(fx, tmp_path):
+    with pytest.raises(AlbertlmError, match=rf"^--teacher {fx['ft-stsb']}: its head is regression with 1 output; "
+                                            "task sst-2 is single_label_classification"):
+        distill("sst-2", fx["ft-stsb"], "test", fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
+    with pytest.raises(AlbertlmError, match=r"its head is multi_label_classification with 3 labels"):
+        distill("sst-2", fx["ft-ml"], "test", fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------------------- trained head weights
 def test_a_pretraining_directory_that_claims_a_classifier_is_refused(fx, tmp_path, capsys):
     """DS19: config.json's architectures says AlbertForSequenceClassification; the weights have no classifier."""
@@ -136,3 +147,115 @@ def test_a_fine_tuned_directory_without_its_pooler_is_refused(fx, tmp_path):
               metadata={"format": "pt"})
     with pytest.raises(AlbertlmError, match=r"model\.safetensors: no albert\.pooler\.(weight|bias) \(and 1 more\)"):
         predict_lines(clipped, ["a good film ."])
+
+
+# ---------------------------------------------------------------------------- distillation settings
+@pytest.mark.parametrize("temperature", [1e200, 1e-200, 1000.0, 0.001])
+def test_a_temperature_out_of_range_is_refused(temperature):
+    with pytest.raises(AlbertlmError, match=r"^--temperature must lie in \[0\.01, 100\], got "):
+        DistillSettings(temperature=temperature)
+
+
+def test_a_temperature_out_of_range_is_one_line_before_any_work(fx, tmp_path, capsys):
+    assert main(["distill", "--teacher", str(fx["ft"]), "--student", "test", "--task", "sst-2", "--data",
+                 str(fx["sst"]), "--out", str(tmp_path / "d06"), "--temperature", "1e200", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--temperature must lie in [0.01, 100], got 1e+200" in err
+    assert not (tmp_path / "d06").exists()
+    for alpha in (1.5, -0.1):
+        with pytest.raises(AlbertlmError, match=r"^--alpha must lie in \[0, 1\]"):
+            DistillSettings(alpha=alpha)
+
+
+# ---------------------------------------------------------------------------- a student that tokenizes as its teacher
+def test_a_student_with_another_vocabulary_is_refused(fx, tmp_path):
+    """DS22: another spiece.model, of the same size."""
+    other = _pretrained(tmp_path / "other", 100, seed=1)
+    with pytest.raises(AlbertlmError, match=rf"^--student {other} and --teacher {fx['ft']} tokenize differently "
+                                            r"\(spiece\.model sha256 [0-9a-f]{16}, the teacher's [0-9a-f]{16}\)"):
+        distill("sst-2", fx["ft"], str(other), fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_student_with_another_tokenizer_setting_is_refused(fx, tmp_path):
+    """DS23: do_lower_case false in the student's tokenizer_config.json."""
+    student = shutil.copytree(fx["pre"], tmp_path / "cased")
+    path = student / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "do_lower_case": False}))
+    with pytest.raises(AlbertlmError, match=r"tokenize differently \(tokenizer_config\.json do_lower_case is False, "
+                                            r"the teacher's True\)"):
+        distill("sst-2", fx["ft"], str(student), fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
+
+
+# ---------------------------------------------------------------------------- the teacher-logit cache
+@pytest.fixture
+def cached_run(fx, tmp_path):
+    """A distillation run whose cache holds the teacher's logits; returns (rerun, cache path, its logits)."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "dc"
+
+    def rerun(**settings):
+        return distill("sst-2", fx["ft"], "test", fx["sst"], out, FinetuneRecipe(steps=1, **RECIPE),
+                       DistillSettings(**settings), progress=False)["distillation"]["teacher_logits_cached"]
+
+    assert not rerun()
+    return rerun, out / TEACHER_CACHE, load_file(str(out / TEACHER_CACHE))["logits"]
+
+
+def _rewrite(path: Path, logits: np.ndarray, **metadata: str) -> None:
+    """Replace the cached logits, keeping the file's metadata (its key, its stored sha256) but `metadata`."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(path), framework="numpy") as fh:
+        meta = fh.metadata()
+    save_file({"logits": logits}, str(path), metadata={**meta, **metadata})
+
+
+def test_tampered_cached_logits_are_computed_again(cached_run):
+    """DC2: finite logits of the right shape under the right key, but not the ones that were cached."""
+    from safetensors.numpy import load_file
+
+    rerun, cache, logits = cached_run
+    forged = np.zeros_like(logits)
+    forged[:, 0] = 50.0
+    _rewrite(cache, forged)
+    with pytest.warns(UserWarning, match="do not match the sha256 stored with them; computing the teacher's"):
+        assert not rerun(alpha=1.0)
+    np.testing.assert_array_equal(load_file(str(cache))["logits"], logits)
+    assert rerun(alpha=1.0)  # the rewritten cache is trusted again
+
+
+def test_a_flipped_byte_in_the_cache_is_computed_again(cached_run):
+    """DC3: one mantissa byte of the last logit changed (still a finite number)."""
+    from safetensors.numpy import load_file
+
+    rerun, cache, logits = cached_run
+    data = bytearray(cache.read_bytes())
+    data[-3] ^= 0x55
+    cache.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="do not match the sha256"):
+        assert not rerun()
+    np.testing.assert_array_equal(load_file(str(cache))["logits"], logits)
+
+
+def test_non_finite_cached_logits_are_computed_again(cached_run):
+    """Even with a sha256 that matches them."""
+    rerun, cache, logits = cached_run
+    broken = logits.copy()
+    broken[0, 0] = np.nan
+    _rewrite(cache, broken, sha256=distill_module._logits_sha256(broken))
+    with pytest.warns(UserWarning, match="non-finite logits"):
+        assert not rerun()
+
+
+def test_a_directory_where_the_cache_goes_is_refused_and_kept(cached_run):
+    """DC7: albertlm does not replace (or delete) a directory it did not write."""
+    rerun, cache, _ = cached_run
+    cache.unlink()
+    cache.mkdir()
+    (cache / "mine.txt").write_text("keep me")
+    with pytest.raises(AlbertlmError, match=rf"^{cache}: is a directory, but it is where distillation caches"):
+        rerun()
+    assert (cache / "mine.txt").read_text() == "keep me"
