@@ -303,14 +303,24 @@ class TaskSpec:
             raise AlbertlmError(f"task {self.name} has no {split!r} split (it has {', '.join(self.files)})")
         return self.reader(find_file(data_dir, self.files[split], split), split, strict)
 
-    def label_list(self, data_dir: str | Path | None, train_examples: Sequence | None) -> list[str] | None:
-        """Class or tag names in id order (None for regression and for QA / multiple choice)."""
+    def fixed_labels(self, data_dir: str | Path | None) -> list[str] | None:
+        """The class names in id order when the task fixes them (its own list, or its labels file in
+        `data_dir`); None when its training data decides them, or it has none (regression, QA, ...)."""
         if self.problem_type == "regression" or self.family.label_names is None:
             return None
         if self.labels is not None:
             return list(self.labels)
         if self.labels_file and data_dir is not None and (Path(data_dir) / self.labels_file).is_file():
             return glue.read_tnews_labels(Path(data_dir) / self.labels_file)
+        return None
+
+    def label_list(self, data_dir: str | Path | None, train_examples: Sequence | None) -> list[str] | None:
+        """Class or tag names in id order (None for regression and for QA / multiple choice)."""
+        if self.problem_type == "regression" or self.family.label_names is None:
+            return None
+        fixed = self.fixed_labels(data_dir)
+        if fixed is not None:
+            return fixed
         if not train_examples:
             raise AlbertlmError(f"task {self.name}: the label set comes from the training data; none given")
         return self.family.label_names(train_examples)

@@ -24,9 +24,11 @@ the teacher labels. With alpha = 0 and no unlabelled text the run is plain fine-
 
 The teacher runs once per input: its logits are cached in the output directory
 (`teacher_logits.safetensors`, rows in feature order) under a fingerprint of the teacher's files,
-every feature's pieces and the input settings. A changed teacher, data file or max length computes
-them anew; a rerun of a stopped run (same inputs) reads them back. The student itself restarts
-from step 0 (fine-tuning keeps no training checkpoints).
+every feature's pieces and the input settings, with a sha256 of the rows themselves. A changed
+teacher, data file or max length computes them anew; a rerun of a stopped run (same inputs) reads
+them back once their sha256 and finiteness are checked (a cache that fails is computed again, with a
+warning). The student itself restarts from step 0 (fine-tuning keeps no training checkpoints). A
+student directory must tokenize exactly as the teacher: the same vocabulary and settings.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,14 +51,13 @@ from torch import nn
 from albertlm.config import PRESETS, AlbertConfig, get_preset
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
-from albertlm.heads import HEADS, resolve_problem_type
+from albertlm.heads import HEADS
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.finetune import (FinetuneRecipe, TaskRun, head_config, load_head, load_tokenizer,
                                      output_dir, prepare_task, run_features, start_outputs, train_task)
-from albertlm.train.inference import _labels as config_labels  # a fine-tuned directory's class names
-from albertlm.train.inference import head_name, load_finetuned
+from albertlm.train.inference import head_name, load_finetuned, task_labels
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_path, check_field_types, sha256_file
 from albertlm.vocab import IGNORE_INDEX
@@ -71,12 +73,17 @@ TEACHER_WEIGHT_SUFFIXES = (".safetensors", ".bin")
 teacher's outputs (model.safetensors, pytorch_model.bin, every shard)."""
 
 
+TEMPERATURE_RANGE = (0.01, 100.0)
+"""The temperatures distillation takes. Beyond them the logits over T overflow float32, or T^2 times
+a KL of float rounding noise becomes the loss (Hinton et al. use 1 to 20)."""
+
+
 @dataclass(frozen=True)
 class DistillSettings:
     """What distillation adds to a fine-tuning recipe."""
 
     temperature: float = 2.0
-    """T: both logit vectors are divided by T before the softmax (classification only)."""
+    """T: both logit vectors are divided by T before the softmax (classification only); 0.01 to 100."""
     alpha: float = 0.5
     """Weight of the soft (teacher) term; 1 - alpha weighs the hard-label term."""
     unlabelled: str | None = None
@@ -88,10 +95,11 @@ class DistillSettings:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if not self.temperature > 0:
-            raise AlbertlmError(f"temperature must be positive, got {self.temperature}")
+        low, high = TEMPERATURE_RANGE
+        if not low <= self.temperature <= high:
+            raise AlbertlmError(f"--temperature must lie in [{low:g}, {high:g}], got {self.temperature:g}")
         if not 0.0 <= self.alpha <= 1.0:
-            raise AlbertlmError(f"alpha must lie in [0, 1], got {self.alpha}")
+            raise AlbertlmError(f"--alpha must lie in [0, 1], got {self.alpha:g}")
         for name in ("student_layers", "student_hidden"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise AlbertlmError(f"{name} must be positive, got {getattr(self, name)}")
@@ -201,22 +209,54 @@ def inputs_fingerprint(teacher: str, features: Sequence[Feature], settings: Feat
     return h.hexdigest()
 
 
+def _logits_sha256(logits: np.ndarray) -> str:
+    """sha256 of the logits' bytes as the cache file stores them (little-endian float32, row-major)."""
+    return hashlib.sha256(np.ascontiguousarray(logits, dtype="<f4").tobytes()).hexdigest()
+
+
 def _read_cache(path: Path, key: str, shape: tuple[int, int]) -> np.ndarray | None:
-    """The cached logits when `path` holds them for `key` with the expected shape, else None."""
+    """The cached logits when `path` holds them for `key`, intact, else None (compute them again).
+
+    A cache written for other inputs is replaced without a word; one that claims these inputs but
+    cannot be trusted (unreadable, another shape, bytes that do not match the sha256 stored with
+    them, non-finite values) is replaced after a warning. Its key alone is not trusted.
+
+    Raises:
+        AlbertlmError: `path` is something other than a file (albertlm does not replace a directory).
+    """
     from safetensors import SafetensorError, safe_open
 
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not a regular file"
+        raise AlbertlmError(f"{path}: is {what}, but it is where distillation caches the teacher's logits; "
+                            "move it away or choose another --out")
     try:
         with safe_open(str(path), framework="numpy") as fh:
-            if (fh.metadata() or {}).get("fingerprint") != key or "logits" not in fh.keys():
-                return None
-            logits = fh.get_tensor("logits")
-    except (SafetensorError, OSError):
-        return None  # a torn or foreign file: compute again
-    if logits.shape != shape or logits.dtype != np.float32 or not np.isfinite(logits).all():
-        return None
+            meta = fh.metadata() or {}
+            if meta.get("fingerprint") != key:
+                return None  # written for other inputs
+            logits = fh.get_tensor("logits") if "logits" in fh.keys() else None
+    except (SafetensorError, OSError, ValueError) as exc:
+        return _distrust(path, f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+    if logits is None:
+        return _distrust(path, "holds no logits tensor")
+    if logits.shape != shape or logits.dtype != np.float32:
+        return _distrust(path, f"holds {logits.dtype} logits of shape {list(logits.shape)}, not float32 {list(shape)}")
+    if "sha256" not in meta:
+        return _distrust(path, "stores no sha256 of its logits (an older albertlm wrote it)")
+    if meta["sha256"] != _logits_sha256(logits):
+        return _distrust(path, "its logits do not match the sha256 stored with them")
+    if not np.isfinite(logits).all():
+        return _distrust(path, "holds non-finite logits")
     return logits
+
+
+def _distrust(path: Path, why: str) -> None:
+    """Say why a cache that claims these inputs is not used (a cache: computing again is the recovery)."""
+    warnings.warn(f"{path}: {why}; computing the teacher's logits again", stacklevel=3)
+    return None
 
 
 def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Feature], key: str, cache: Path,
@@ -247,41 +287,61 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
         rows = run_features(teacher, spec, list(features), batch_size, device)["logits"]
         logits = (np.concatenate(rows) if per_position else np.stack(rows)).astype(np.float32)
         with atomic_path(cache) as tmp:
-            save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features))})
+            save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features)),
+                                                              "sha256": _logits_sha256(logits)})
     if not per_position:
         return list(logits), cached
     return np.split(logits, np.cumsum(lengths)[:-1]), cached
 
 
 # ---------------------------------------------------------------------------- teacher and student
-def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device):
-    """(teacher in eval mode, its config, its tokenizer, its class names) after checking it fits the task."""
+def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device, data_dir: str | Path | None = None):
+    """(teacher in eval mode, its config, its tokenizer, its class names) after checking it fits the
+    task (`inference.task_labels`, the check evaluate makes too)."""
     if not Path(teacher_dir).is_dir():
         raise AlbertlmError(f"--teacher {teacher_dir}: no such directory")
     teacher, config, tokenizer = load_finetuned(teacher_dir, device)
-    if head_name(teacher) != spec.family.head:  # an early-exit teacher counts as the head it extends
-        raise AlbertlmError(f"--teacher {teacher_dir} holds an {type(teacher).__name__}; task {spec.name} needs "
-                            f"an {spec.family.head}")
-    problem = resolve_problem_type(config)
-    if problem != spec.problem_type:
-        raise AlbertlmError(f"--teacher {teacher_dir} was trained for {problem}; task {spec.name} is "
-                            f"{spec.problem_type}")
-    labels = config_labels(config)
-    if labels and spec.labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)):
-        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
+    labels = task_labels(f"--teacher {teacher_dir}", config, head_name(teacher), spec, data_dir)
     return teacher, config, tokenizer, labels
 
 
-def _pieces(tokenizer) -> list[str]:
-    return tokenizer.convert_ids_to_tokens(range(tokenizer.vocab_size))
+TOKENIZER_VOCABULARY = ("model_proto", "pieces")
+"""The entries of a tokenizer's state that are its vocabulary (SentencePiece's model, WordPiece's pieces)."""
+TOKENIZER_RUNTIME = ("num_threads", "source")
+"""Entries of a tokenizer's state that do not change how it splits text."""
 
 
-def student_base(student: str, teacher_config: AlbertConfig, teacher_tokenizer,
+def tokenizer_difference(student_dir: Path, teacher_dir: Path, student_tok, teacher_tok) -> str | None:
+    """How the student's tokenizer differs from the teacher's (the first difference found), or None.
+
+    Cached teacher logits are per piece sequence, so the two must split every text identically: the
+    same vocabulary (SentencePiece's model byte for byte: its scores decide the pieces) and the same
+    settings (do_lower_case, keep_accents, ...).
+    """
+    from albertlm.tokenizer import vocabulary_fingerprint
+
+    ours, theirs = vocabulary_fingerprint(student_dir), vocabulary_fingerprint(teacher_dir)
+    if ours["file"] != theirs["file"]:
+        return f"a {ours['file']}, the teacher a {theirs['file']}"
+    a, b = student_tok.__getstate__(), teacher_tok.__getstate__()
+    for name in sorted(set(a) | set(b), key=lambda n: (n not in TOKENIZER_VOCABULARY, n)):
+        if name in TOKENIZER_RUNTIME or a.get(name) == b.get(name):
+            continue
+        if name not in TOKENIZER_VOCABULARY:
+            return f"tokenizer_config.json {name} is {a.get(name)}, the teacher's {b.get(name)}"
+        if student_tok.vocab_size != teacher_tok.vocab_size:
+            return f"{ours['file']} has {student_tok.vocab_size} pieces, the teacher's {teacher_tok.vocab_size}"
+        return f"{ours['file']} sha256 {ours['sha256'][:16]}, the teacher's {theirs['sha256'][:16]}"
+    return None
+
+
+def student_base(student: str, teacher_dir: str | Path, teacher_config: AlbertConfig, teacher_tokenizer,
                  settings: DistillSettings) -> tuple[AlbertConfig, Path | None]:
     """(the student's backbone config, its directory or None for a preset started at random).
 
     A preset takes the teacher's vocabulary size and special ids (it shares the teacher's
-    tokenizer); a directory must have the teacher's vocabulary, piece for piece.
+    tokenizer); a directory must have the teacher's tokenizer (`tokenizer_difference`) and as many
+    embedding rows.
     """
     overrides = settings.student_layers is not None or settings.student_hidden is not None
     if Path(student).is_dir():
@@ -289,12 +349,12 @@ def student_base(student: str, teacher_config: AlbertConfig, teacher_tokenizer,
             raise AlbertlmError(f"--student {student} is a model directory; --student-layers / --student-hidden "
                                 "only change a preset")
         base = AlbertConfig.from_json_file(Path(student) / "config.json")
-        theirs = load_tokenizer(student)
-        if (base.vocab_size != teacher_config.vocab_size or _pieces(theirs) != _pieces(teacher_tokenizer)
-                or theirs.do_lower_case != teacher_tokenizer.do_lower_case):
-            raise AlbertlmError(f"--student {student}: its vocabulary ({base.vocab_size} rows) is not the teacher's "
-                                f"({teacher_config.vocab_size} rows, spiece.model); a student must share the "
-                                "teacher's tokenizer")
+        differs = tokenizer_difference(Path(student), Path(teacher_dir), load_tokenizer(student), teacher_tokenizer)
+        if differs is None and base.vocab_size != teacher_config.vocab_size:
+            differs = f"config.json vocab_size is {base.vocab_size}, the teacher's {teacher_config.vocab_size}"
+        if differs is not None:
+            raise AlbertlmError(f"--student {student} and --teacher {teacher_dir} tokenize differently ({differs}); "
+                                "the student's tokenizer is not the teacher's, and it must be")
         return base, Path(student)
     if student not in PRESETS:
         raise AlbertlmError(f"--student {student}: neither a model directory nor a preset "
@@ -308,8 +368,6 @@ def student_base(student: str, teacher_config: AlbertConfig, teacher_tokenizer,
         ratio = preset.intermediate_size / preset.hidden_size
         changes.update(hidden_size=settings.student_hidden, intermediate_size=round(ratio * settings.student_hidden))
     return get_preset(student, **changes), None
-
-
 def unlabelled_features(path: str | Path, run: TaskRun, tokenizer) -> list[Feature]:
     """Features of the unlabelled text file: a placeholder label (weight 0) so they batch with the rest."""
     lines = [(n, line) for n, line in numbered_lines(path) if line.strip()]
@@ -366,8 +424,8 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     if recipe.early_exit:  # the student's loss is the distillation loss of its last layer only
         raise AlbertlmError("--early-exit: distillation trains the final classifier only; fine-tune the distilled "
                             "student with `albertlm finetune --early-exit` to add exit heads")
-    teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device)
-    base, student_dir = student_base(student, t_config, tokenizer, settings)
+    teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device, data_dir)
+    base, student_dir = student_base(student, teacher_dir, t_config, tokenizer, settings)
     inputs = {"--teacher": teacher_dir, "--data": data_dir, **({"--student": student_dir} if student_dir else {})}
     out = output_dir(out_dir, "distill", inputs)
     out_dir = out.path

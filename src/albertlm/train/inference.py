@@ -21,7 +21,7 @@ import torch
 from albertlm.config import AlbertConfig
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
-from albertlm.heads import HEADS
+from albertlm.heads import HEADS, resolve_problem_type
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
@@ -98,12 +98,59 @@ def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu", in
             device = "cpu"
         if resolve_device(device).type != "cpu":
             raise AlbertlmError(f"int8 inference runs on the CPU; got --device {device}")
-    model = head_class(arch, config).from_pretrained(model_dir).to(resolve_device(device)).eval()
+    with warnings.catch_warnings(record=True) as caught:  # held back until the head is known to be trained
+        warnings.simplefilter("always")
+        model = head_class(arch, config).from_pretrained(model_dir)
+    check_head_weights(model_dir, arch, model)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    model = model.to(resolve_device(device)).eval()
     if int8 is not None:
         from albertlm.inference.quantize import quantize_int8
 
         model = quantize_int8(model, int8)
     return model, config, load_tokenizer(model_dir)
+
+
+def _weight_names(model_dir: Path) -> tuple[set[str], str]:
+    """The tensor names in a directory's weights, and the file messages cite (of model.safetensors
+    only the header is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    from albertlm.interop.hf import SAFETENSORS_NAME, read_hf_weights
+
+    single = model_dir / SAFETENSORS_NAME
+    if single.is_file():
+        try:
+            with safe_open(str(single), framework="pt") as fh:
+                return set(fh.keys()), str(single)
+        except (SafetensorError, OSError):
+            pass  # read_hf_weights reports it in one line
+    weights, source = read_hf_weights(model_dir)
+    return set(weights), source
+
+
+def check_head_weights(model_dir: str | Path, arch: str, model: torch.nn.Module) -> None:
+    """A directory used for inference must hold trained weights for the head its config.json names.
+
+    Loading leaves a head (or pooler) the weight file lacks randomly initialised, which is right when
+    fine-tuning starts from a pretrained directory and wrong everywhere else: a pretraining directory
+    whose `architectures` claims a classifier would score noise.
+
+    Raises:
+        AlbertlmError: naming the weight file and a missing key.
+    """
+    from albertlm.interop.hf import ARCHITECTURES, key_table
+
+    names, source = _weight_names(Path(model_dir))
+    prefix = ARCHITECTURES[arch].hf_prefix
+    pooler = f"{ARCHITECTURES[arch].ours_prefix}pooler.weight" in model.state_dict()
+    missing = [n for _, hf in key_table(model.config, arch, pooler) for n in hf
+               if n not in names and not (n.startswith(prefix) and n[len(prefix):] in names)]  # a bare backbone
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise AlbertlmError(f"{source}: no {missing[0]}{more}, yet config.json's architectures says {arch}: "
+                            "this is not a fine-tuned directory (its head would be random)")
 
 
 def head_name(model: torch.nn.Module) -> str:
@@ -135,6 +182,80 @@ def _check_patience(patience: int | None, regression_threshold: float) -> None:
         raise AlbertlmError(f"--regression-threshold must not be negative, got {regression_threshold!r}")
 
 
+# ---------------------------------------------------------------------------- does a head fit a task
+def _placeholders(labels: list[str] | None) -> bool:
+    """Class names a directory fine-tuned elsewhere gets when it saved none (LABEL_0, LABEL_1, ...)."""
+    return bool(labels) and all(n == f"LABEL_{i}" for i, n in enumerate(labels))
+
+
+def _outputs(problem: str, labels: list[str] | None, num_labels: int) -> str:
+    """`regression with 1 output`, `single_label_classification with 2 labels (0, 1)`: what a head
+    computes, or what a task scores (labels None: its training data decides them)."""
+    if problem == "regression":
+        return f"regression with {num_labels} output{'s' if num_labels != 1 else ''}"
+    if labels is None:
+        return f"{problem} (its training data decides the labels)"
+    names = ", ".join(labels[:8]) + (f", ... ({len(labels) - 8} more)" if len(labels) > 8 else "")
+    return f"{problem} with {len(labels)} label{'s' if len(labels) != 1 else ''} ({names})"
+
+
+def task_labels(where: str, config: AlbertConfig, head: str, spec: TaskSpec,
+                data_dir: str | Path | None = None) -> list[str] | None:
+    """Check that a fine-tuned head fits a task and return its class or tag names in id order.
+
+    The one check evaluate and distillation's teacher both go through: the head class must be the
+    task family's; a sequence classifier must also have the task's problem type, number of outputs
+    and, where the task fixes its labels, the same label set (a directory fine-tuned elsewhere
+    without label names takes the task's own order).
+
+    Args:
+        where: how messages name the directory (`fx/ft-sst2`, `--teacher fx/ft-sst2`).
+        config: the directory's config.
+        head: its head class name (`head_name`).
+        spec: the task.
+        data_dir: the task's data directory (where a labels file may fix the label set).
+    Returns:
+        The names (None for regression, QA and multiple choice).
+    Raises:
+        AlbertlmError: one line naming the directory, what its head computes and what the task scores.
+    """
+    if spec.family.head != head:
+        raise AlbertlmError(f"{where} holds an {head}; task {spec.name} needs an {spec.family.head}")
+    labels = _labels(config) if spec.family.label_names is not None else None
+    if not spec.family.sets_problem_type:
+        return labels
+    try:
+        problem = resolve_problem_type(config)
+    except ValueError as exc:
+        raise AlbertlmError(f"{where}/config.json: {exc}") from None
+    wanted = spec.fixed_labels(data_dir)
+    if _placeholders(labels) and wanted is not None and len(wanted) == len(labels):
+        labels = list(wanted)  # fine-tuned elsewhere without label names: the task's own order
+    if problem == "regression":
+        fits = spec.problem_type == "regression" and config.num_labels == 1
+    else:
+        fits = problem == spec.problem_type and (wanted is None or sorted(wanted) == sorted(labels))
+    if not fits:
+        task = _outputs(spec.problem_type, wanted, 1)
+        raise AlbertlmError(f"{where}: its head is {_outputs(problem, labels, config.num_labels)}; task {spec.name} "
+                            f"is {task}")
+    return labels
+
+
+def check_known_labels(where: str, config: AlbertConfig, spec: TaskSpec, labels: list[str] | None,
+                       examples: list, split: str) -> None:
+    """Every label of a split scored with a sequence classifier must be one of the head's (a label it
+    cannot output has no id, and no score would be right); this matters where the task's data decides
+    the labels (generic tasks), where `task_labels` has nothing to compare."""
+    if not spec.family.sets_problem_type or labels is None:
+        return
+    unknown = sorted(set(spec.family.label_names(examples)) - set(labels))
+    if unknown:
+        problem = resolve_problem_type(config)
+        raise AlbertlmError(f"{where}: its head is {_outputs(problem, labels, config.num_labels)}; the {split} split "
+                            f"of task {spec.name} has labels it lacks: {', '.join(unknown[:8])}")
+
+
 @dataclasses.dataclass
 class TaskInputs:
     """A fine-tuned model and one split of its task, made into the model's inputs."""
@@ -164,14 +285,10 @@ def task_inputs(model_dir: str | Path, data_dir: str | Path, task: str | None = 
     if not task:
         raise AlbertlmError(f"{model_dir}: config.json names no finetuning_task; pass --task")
     spec = get_task(task)
-    arch = head_name(model)
-    if spec.family.head != arch:
-        raise AlbertlmError(f"{model_dir} holds an {arch}; task {spec.name} needs an {spec.family.head}")
-    labels = _labels(config) if spec.family.label_names is not None else None
-    if labels and all(n == f"LABEL_{i}" for i, n in enumerate(labels)) and spec.labels:
-        labels = list(spec.labels)  # fine-tuned elsewhere without label names: the task's own order
+    labels = task_labels(str(model_dir), config, head_name(model), spec, data_dir)
     examples = spec.read(data_dir, split, strict)
     examples = examples[:max_examples] if max_examples else examples
+    check_known_labels(str(model_dir), config, spec, labels, examples, split)
     settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
     features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
     return TaskInputs(model, config, tokenizer, spec, examples, labels, settings, features)
