@@ -104,9 +104,12 @@ def test_finetune_into_a_pretraining_run_directory_is_refused(tmp_path, base, ss
     (run / "metrics.jsonl").write_text("".join(f'{{"step": {i}}}\n' for i in range(5)))
     (run / "recipe.json").write_text('{"preset": "test"}\n')
     before = _snapshot(run)
-    assert main(["finetune", "--task", "sst-2", "--model", str(run / "model"), "--data", str(sst), "--out", str(run),
+    assert main(["finetune", "--task", "sst-2", "--model", str(base), "--data", str(sst), "--out", str(run),
                  *FT_ARGS]) == 2
     _one_line_error(capsys, "pretrain run directory")
+    assert main(["finetune", "--task", "sst-2", "--model", str(run / "model"), "--data", str(sst), "--out", str(run),
+                 *FT_ARGS]) == 2
+    _one_line_error(capsys, "holds the --model input")
     assert _snapshot(run) == before
 
 

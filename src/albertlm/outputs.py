@@ -126,8 +126,8 @@ class OutputDir:
                                 f"another {flag}")
         if path.exists() and not path.is_dir():
             raise AlbertlmError(f"{flag} {path}: exists and is not a directory")
+        check_not_input(path, flag, self.inputs)
         if not path.exists():
-            check_not_input(path, flag, self.inputs)
             return
         owner = self.owner()
         if owner is None and (path / MARKER).is_file():
@@ -136,7 +136,6 @@ class OutputDir:
         if owner is not None and owner != self.command:
             raise AlbertlmError(f"{flag} {path}: was written by albertlm {owner}, not {self.command}; choose "
                                 f"another {flag}")
-        check_not_input(path, flag, self.inputs)
         allowed = self.allowed if owner is not None else ()
         foreign = _foreign(path, allowed)
         if foreign:
