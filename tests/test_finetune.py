@@ -410,3 +410,13 @@ def test_max_answer_length_fits_the_language():
     saved = config.replace(extra={"albertlm_features": {"max_seq_length": 64, "max_answer_length": 30}})
     assert _settings(saved, chinese=True).max_answer_length == 30
     assert _settings(saved, chinese=True, max_answer_length=80).max_answer_length == 80
+
+
+def test_results_record_the_dev_curve_and_whether_it_was_still_improving(tmp_path, model_dir):
+    write_sst(tmp_path, random.Random(3))
+    results = finetune("sst-2", model_dir, tmp_path, tmp_path / "out",
+                       FinetuneRecipe(steps=8, eval_every=2, batch_size=16, max_seq_length=32, lr=1e-3), progress=False)
+    evals = [r for r in read_metrics(tmp_path / "out" / "metrics.jsonl") if r["split"] == "eval"]
+    assert results["dev_curve"] == [[r["step"], r["accuracy"]] for r in evals] and len(evals) == 4
+    assert results["improving_at_end"] == (results["best_step"] == 8)
+    assert ("still improving" in format_results(results)) == results["improving_at_end"]

@@ -410,6 +410,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                             **dataclasses.asdict(r)})
     best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
     last: dict[str, float] = {}
+    curve: list[list[float]] = []  # [step, main metric] at every evaluation
     state = {"bad_evals": 0}
     start = time.perf_counter()
 
@@ -426,6 +427,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                                   device)
         logger.log(done, "eval", last)
         value = last.get(spec.main_metric, float("nan"))
+        curve.append([done, value])
         value = -math.inf if math.isnan(value) else value
         if best["value"] is None or value > best["value"]:
             best = {"value": value, "step": done, "metrics": last}
@@ -442,7 +444,8 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                      on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None)
     logger.close()
     results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
-               "last": last, "steps": step, "stopped_early": step < r.steps, **_sizes(run),
+               "last": last, "steps": step, "stopped_early": step < r.steps, "dev_curve": curve,
+               "improving_at_end": len(curve) > 1 and best["step"] == curve[-1][0], **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2))
@@ -487,6 +490,9 @@ def format_results(results: dict[str, Any]) -> str:
     lines.append(f"{results['task']}: {results['steps']} steps, {results['train_examples']:,} training examples, "
                  f"{results['dev_examples']:,} dev examples, {results['train_seconds'] / 60:.1f} min"
                  + (" (stopped early)" if results["stopped_early"] else ""))
+    if results.get("improving_at_end"):
+        lines.append(f"the best dev {results['main_metric']} came at the last evaluation: the run was still improving "
+                     "when it stopped (more steps or epochs may help)")
     where = "loads in transformers" if results.get("transformers_loads", True) else "loads in albertlm only"
     lines.append(f"best model ({where}): {results['out_dir']}")
     return "\n".join(lines)
