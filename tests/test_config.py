@@ -114,3 +114,70 @@ def test_embedding_layout_is_validated_and_written(tmp_path):
     assert AlbertConfig.from_json_file(tmp_path / "config.json") == config
     with pytest.raises(ConfigError, match="embedding_layout 'zh' is unknown"):
         AlbertConfig(embedding_layout="zh")
+
+
+# ---------------------------------------------------------------------------- numbers that must not travel
+@pytest.mark.parametrize("field", ["layer_norm_eps", "initializer_range", "hidden_dropout_prob",
+                                   "attention_probs_dropout_prob", "classifier_dropout_prob"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_float_fields_are_refused_naming_file_and_field(field, value):
+    data = {**PRESETS["test"].to_dict(), field: value}
+    with pytest.raises(ConfigError, match=rf"^x/config.json: {field} must be a finite number, got -?(nan|inf)$"):
+        AlbertConfig.from_dict(data, source="x/config.json")
+
+
+@pytest.mark.parametrize("field, value", [("layer_norm_eps", 0), ("layer_norm_eps", -1e-12),
+                                          ("initializer_range", 0.0)])
+def test_float_fields_must_be_positive(field, value):
+    with pytest.raises(ConfigError, match=f"{field} must be a finite positive number, got {value}"):
+        AlbertConfig(**{**_test_kwargs(), field: value})
+
+
+@pytest.mark.parametrize("field, value", [("pad_token_id", True), ("bos_token_id", False), ("vocab_size", True),
+                                          ("num_labels", True), ("layer_norm_eps", True)])
+def test_booleans_are_not_numbers(field, value):
+    data = {**PRESETS["test"].to_dict(), field: value}
+    with pytest.raises(ConfigError, match=rf"^c.json: {field} must be an? (integer|finite number), got {value}$"):
+        AlbertConfig.from_dict(data, source="c.json")
+
+
+def test_tie_word_embeddings_must_be_a_boolean():
+    with pytest.raises(ConfigError, match="tie_word_embeddings must be true or false, got 1"):
+        AlbertConfig(**_test_kwargs(), tie_word_embeddings=1)
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 10**9), ("num_hidden_layers", 1025),
+                                          ("intermediate_size", 10**11), ("max_position_embeddings", 10**11),
+                                          ("num_labels", 10**10), ("hidden_size", 32_000_000),
+                                          ("vocab_size", 10**11), ("inner_group_num", 2000)])
+def test_absurd_sizes_are_refused_at_once(field, value):
+    # Each of these once became a multi-terabyte allocation, or a minute-long loop in block_schedule.
+    changes = {field: value}
+    if field == "inner_group_num":
+        changes["num_hidden_layers"] = 1
+    with pytest.raises(ConfigError, match=rf"^{field} {value} is above albertlm's limit of \d+; no real model"):
+        AlbertConfig(**{**_test_kwargs(), **changes})
+
+
+def test_layer_applications_are_bounded():
+    with pytest.raises(ConfigError, match="num_hidden_layers x inner_group_num = 2048 layer applications is "
+                                          "above albertlm's limit of 1024"):
+        AlbertConfig(**{**_test_kwargs(), "num_hidden_layers": 1024, "inner_group_num": 2})
+    big = AlbertConfig(**{**_test_kwargs(), "num_hidden_layers": 1024, "sharing": "none"})
+    assert len(big.block_schedule()) == 1024  # the limit itself is allowed
+
+
+def test_config_file_read_errors_are_one_line_naming_the_file(tmp_path):
+    folder = tmp_path / "config.json"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=rf"^{folder}: is a directory, not a config file$"):
+        AlbertConfig.from_json_file(folder)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"vocab_size": 1000, "x": "\xff"}')
+    with pytest.raises(ConfigError, match=rf"^{latin}: not UTF-8 text \(byte 0xff at offset 27\)$"):
+        AlbertConfig.from_json_file(latin)
+    nan = tmp_path / "nan.json"
+    nan.write_text(json.dumps({**PRESETS["test"].to_dict(), "layer_norm_eps": float("nan")}))
+    assert "NaN" in nan.read_text()  # json writes (and reads) NaN, so the config must refuse it
+    with pytest.raises(ConfigError, match=rf"^{nan}: layer_norm_eps must be a finite number, got nan$"):
+        AlbertConfig.from_json_file(nan)

@@ -4,6 +4,7 @@ saved directory (ours and transformers'), and the CLI end to end on the `test` p
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -241,6 +242,20 @@ def test_missing_or_misshapen_exit_heads_are_one_line(tmp_path):
         load_finetuned(tmp_path)
 
 
+def test_non_finite_or_integer_exit_heads_are_refused_naming_the_tensor(tmp_path):
+    # A NaN head once made `predict --patience 1` print "0 nan" with exit status 0.
+    EarlyExitSequenceClassifier(_config()).save_pretrained(tmp_path)
+    heads = load_file(str(tmp_path / EXIT_HEADS_NAME))
+    save_file({**heads, "exits.1.weight": torch.full((2, 32), float("nan"))}, str(tmp_path / EXIT_HEADS_NAME))
+    with pytest.raises(AlbertlmError, match=r"exit_heads.safetensors: tensor exits.1.weight holds 64 NaN or "
+                                            r"infinite values \(of 64\)"):
+        EarlyExitSequenceClassifier.from_pretrained(tmp_path)
+    save_file({**heads, "exits.0.bias": torch.zeros(2, dtype=torch.int32)}, str(tmp_path / EXIT_HEADS_NAME))
+    with pytest.raises(AlbertlmError, match="exit_heads.safetensors: exits.0.bias has dtype int32; a weight must "
+                                            "be floating point"):
+        EarlyExitSequenceClassifier.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("cls", [EarlyExitSequenceClassifier, EarlyExitTokenClassifier])
 def test_the_directory_loads_in_transformers_with_the_final_logits(cls, tmp_path):
     tf = pytest.importorskip("transformers")
@@ -387,3 +402,20 @@ def test_the_benchmark_script_runs_a_classification_and_a_regression_task(tmp_pa
         assert 1 <= task["settings"]["patience_1"]["average_layers"] <= 12
     table = bench.markdown(report)
     assert "| setting | Pearson | Spearman | avg layers" in table and "| setting | accuracy | avg layers" in table
+
+
+def test_cli_predict_with_nan_exit_heads_is_a_one_line_refusal(ee_dir, tmp_path, capsys):
+    import shutil
+
+    from albertlm.cli import main
+
+    broken = Path(shutil.copytree(ee_dir, tmp_path / "nan"))
+    heads = load_file(str(broken / EXIT_HEADS_NAME))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in heads.items()}, str(broken / EXIT_HEADS_NAME))
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a good film .\n")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(broken), str(lines), "--patience", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and f"{EXIT_HEADS_NAME}: tensor exits.0.bias holds" in captured.err

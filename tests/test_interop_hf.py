@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from albertlm import AlbertConfig, AlbertForPreTraining, AlbertlmError, AlbertModel
+from albertlm.heads import AlbertForSequenceClassification
 from albertlm.interop import hf
 
 TOL = 1e-5
@@ -352,13 +354,92 @@ def test_albert_zh_layout_round_trip_and_transformers_refuses(tf, tmp_path):
     assert "albertlm" in str(err.value) and "albert_zh" in str(err.value)
 
 
-def test_a_config_overstating_the_vocabulary_is_refused_before_allocating(tmp_path):
-    from albertlm.errors import AlbertlmError
+class _BuildProbe(AlbertForSequenceClassification):
+    """A classifier that counts the instances built (the loader reads it with its base class's key table)."""
 
-    config = AlbertConfig(**TINY)
-    AlbertForPreTraining(config).save_pretrained(tmp_path)
-    saved = json.loads((tmp_path / "config.json").read_text())
-    saved["vocab_size"] = 100_000_000_000  # 1e11 x 16 floats would be 6.4 TB
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(AlbertlmError, match=r"word_embeddings.weight is \[99, 16\] but config.json says vocab_size"):
-        AlbertForPreTraining.from_pretrained(tmp_path)
+    built = 0
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        type(self).built += 1
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+    """A saved AlbertForSequenceClassification of TINY's shape."""
+    path = tmp_path_factory.mktemp("classifier")
+    _BuildProbe(AlbertConfig(**TINY)).save_pretrained(path)
+    return path
+
+
+def _with_config(src, dst, **changes):
+    """A copy of a saved directory whose config.json has fields changed (None deletes one)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    data = json.loads((dst / "config.json").read_text())
+    data.update(changes)
+    (dst / "config.json").write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
+    return dst
+
+
+@pytest.mark.parametrize("changes, key, note", [
+    (dict(vocab_size=1_000_000), "albert.embeddings.word_embeddings.weight", "[1000000, 16] (vocab_size=1000000)"),
+    (dict(intermediate_size=200_000), "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.weight",
+     "[200000, 32] (intermediate_size=200000)"),
+    (dict(max_position_embeddings=1_000_000), "albert.embeddings.position_embeddings.weight",
+     "[1000000, 16] (max_position_embeddings=1000000)"),
+    (dict(hidden_size=65536), "albert.encoder.embedding_hidden_mapping_in.weight", "[65536, 16] (hidden_size=65536)"),
+    (dict(num_labels=100_000, id2label=None, label2id=None), "classifier.weight", "[100000, 32] (num_labels=100000)"),
+])
+def test_a_config_overstating_a_size_is_refused_before_the_model_is_built(classifier_dir, tmp_path, changes, key, note):
+    # Sizes within the config's bounds but not the file's: building first would allocate gigabytes.
+    path = _with_config(classifier_dir, tmp_path / "m", **changes)
+    _BuildProbe.built = 0
+    with pytest.raises(AlbertlmError) as err:
+        _BuildProbe.from_pretrained(path)
+    message = str(err.value)
+    assert f"model.safetensors: {key} has shape [" in message and message.endswith(f"the config implies {note}")
+    assert _BuildProbe.built == 0  # refused before any memory went to a model
+
+
+def test_layers_missing_from_the_file_are_refused_before_the_model_is_built(classifier_dir, tmp_path):
+    path = _with_config(classifier_dir, tmp_path / "m", num_hidden_layers=1000, num_hidden_groups=1000,
+                        sharing="none")
+    _BuildProbe.built = 0
+    with pytest.raises(AlbertlmError, match=r"model.safetensors: missing key albert.encoder.albert_layer_groups.1."
+                                            r"albert_layers.0.attention.query.weight \(and \d+ more\)"):
+        _BuildProbe.from_pretrained(path)
+    assert _BuildProbe.built == 0
+
+
+def test_non_finite_or_integer_weights_are_refused_naming_file_and_tensor(classifier_dir, tmp_path):
+    import shutil
+
+    path = Path(shutil.copytree(classifier_dir, tmp_path / "m"))
+    weights = load_file(str(path / "model.safetensors"))
+    key = "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.bias"
+    save_file({**weights, key: torch.full((37,), float("inf"))}, str(path / "model.safetensors"))
+    with pytest.raises(AlbertlmError, match=rf"^{path / 'model.safetensors'}: tensor {key} holds 37 NaN or "
+                                            r"infinite values \(of 37\); refusing"):
+        _BuildProbe.from_pretrained(path)
+    save_file({**weights, key: torch.zeros(37, dtype=torch.int64)}, str(path / "model.safetensors"))
+    with pytest.raises(AlbertlmError, match=rf"model.safetensors: {key} has dtype int64; a weight must be floating"):
+        _BuildProbe.from_pretrained(path)
+    # the same in one shard of a sharded checkpoint
+    (path / "model.safetensors").unlink()
+    save_file({k: v for k, v in weights.items() if k != key}, str(path / "a.safetensors"))
+    save_file({key: torch.full((37,), float("nan"))}, str(path / "b.safetensors"))
+    index = {"weight_map": {**{k: "a.safetensors" for k in weights if k != key}, key: "b.safetensors"}}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(AlbertlmError, match=rf"b.safetensors: tensor {key} holds 37 NaN"):
+        _BuildProbe.from_pretrained(path)
+
+
+def test_a_config_json_that_is_not_utf8_is_one_line(classifier_dir, tmp_path):
+    import shutil
+
+    path = Path(shutil.copytree(classifier_dir, tmp_path / "m"))
+    (path / "config.json").write_bytes(b'{"vocab_size": 1000, "x": "\xff"}')
+    with pytest.raises(AlbertlmError, match=r"config.json: not UTF-8 text \(byte 0xff at offset 27\)$"):
+        _BuildProbe.from_pretrained(path)

@@ -201,7 +201,7 @@ def test_wrong_shape_names_variable_expected_and_found():
     variables = random_variables(CONFIGS["google"], "google")
     variables["bert/pooler/dense/kernel"] = np.zeros((16, 15), np.float32)
     with pytest.raises(AlbertlmError, match=r"^ckpt: variable bert/pooler/dense/kernel has shape \[16, 15\], "
-                                            r"the config implies \[16, 16\]$"):
+                                            r"the config implies \[16, 16\] \(hidden_size=16\)$"):
         tfmap.read_state_dict(variables, CONFIGS["google"], source="ckpt")
 
 
@@ -366,6 +366,72 @@ def test_cli_bad_inputs_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "full" / "keep.txt").write_text("mine")
     assert "not an empty directory" in _cli_error(capsys, "convert", str(FIXTURES / "google"), str(tmp_path / "full"))
     assert "nor a TF checkpoint" in _cli_error(capsys, "convert", str(tmp_path / "full"), str(tmp_path / "x"))
+
+
+def _google_copy(tmp_path: Path, **config_changes) -> Path:
+    """A scratch copy of the google fixture with fields of albert_config.json changed."""
+    import json
+    import shutil
+
+    src = Path(shutil.copytree(FIXTURES / "google", tmp_path / "src"))
+    data = json.loads((src / "albert_config.json").read_text())
+    (src / "albert_config.json").write_text(json.dumps({**data, **config_changes}))
+    return src
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(layer_norm_eps=float("nan")), "layer_norm_eps must be a finite number, got nan"),
+    (dict(layer_norm_eps=float("inf")), "layer_norm_eps must be a finite number, got inf"),
+    (dict(pad_token_id=True), "pad_token_id must be an integer, got True"),
+    (dict(num_hidden_layers=10**9), "num_hidden_layers 1000000000 is above albertlm's limit of 1024"),
+])
+def test_convert_refuses_a_non_finite_bool_or_absurd_tf_config(tmp_path, capsys, changes, message):
+    # These once converted with exit 0 (a NaN epsilon written to config.json, `"pad_token_id": true`)
+    # or ran 40 s into a MemoryError (10^9 layers).
+    src = _google_copy(tmp_path, **changes)
+    err = _cli_error(capsys, "convert", str(src), str(tmp_path / "out"))
+    assert f"{src / 'albert_config.json'}: {message}" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tf_config_that_is_a_directory_or_not_utf8_is_one_line(tmp_path, capsys):
+    (tmp_path / "cfg").mkdir()
+    err = _cli_error(capsys, "convert", str(FIXTURES / "google"), str(tmp_path / "out"), "--config", str(tmp_path / "cfg"))
+    assert f"{tmp_path / 'cfg'}: is a directory, not a config file" in err
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"x": "\xff"}')
+    with pytest.raises(ConfigError, match=r"latin.json: not UTF-8 text \(byte 0xff at offset 7\)$"):
+        tfmap.read_tf_config(latin)
+
+
+def _relabel_dtype(index: Path, name: bytes, code: int) -> None:
+    """Give one entry of a TF index another dtype code, keeping its tensor CRC (block CRCs stay valid)."""
+    from albertlm.interop.sstable import build_table, read_table
+
+    rows = read_table(index.read_bytes(), index.name)
+    assert all(value.startswith(b"\x08\x01") for key, value in rows if key == name)  # field 1 = DT_FLOAT
+    index.write_bytes(build_table([(k, bytes([8, code]) + v[2:] if k == name else v) for k, v in rows]))
+
+
+def test_nan_weights_with_a_valid_checksum_are_refused_naming_the_variable(tmp_path, capsys):
+    def poison(variables):
+        variables["bert/embeddings/word_embeddings"] = np.full_like(variables["bert/embeddings/word_embeddings"], np.nan)
+
+    d = _broken_checkpoint(tmp_path, poison)  # written by our writer: every CRC is valid
+    err = _cli_error(capsys, "convert", str(d), str(tmp_path / "out"))
+    assert ("model.ckpt-1.index: variable bert/embeddings/word_embeddings holds 1584 NaN or infinite values "
+            "(of 1584)") in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_float_weight_relabelled_as_int32_is_refused_naming_the_variable(tmp_path, capsys):
+    import shutil
+
+    src = Path(shutil.copytree(FIXTURES / "google", tmp_path / "src"))
+    _relabel_dtype(src / "model.ckpt-best.index", b"bert/embeddings/word_embeddings", 3)  # DT_INT32
+    err = _cli_error(capsys, "convert", str(src), str(tmp_path / "out"))
+    assert ("model.ckpt-best.index: variable bert/embeddings/word_embeddings has dtype int32; a weight must be "
+            "floating point") in err
 
 
 def test_force_writes_into_a_directory_and_keeps_other_files(tmp_path, capsys):

@@ -163,6 +163,24 @@ def test_state_file_with_absolute_path_from_another_machine(tmp_path):
     assert resolve_checkpoint(folder) == folder / "model.ckpt-7"
 
 
+def test_state_file_naming_a_checkpoint_in_another_directory_is_refused(tmp_path):
+    # It once converted the other directory's 4-layer model instead of the 1-layer one beside the file.
+    other, folder = copy_fixture("groups", tmp_path), copy_fixture("google", tmp_path)
+    for name in (f"{other / 'model.ckpt-best'}", "../groups/model.ckpt-best"):
+        (folder / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n')
+        with pytest.raises(TFCheckpointError) as exc:
+            resolve_checkpoint(folder)
+        assert one_line_error(exc) == (f"{folder / 'checkpoint'}: names checkpoint {name!r}, outside {folder}; "
+                                       "a state file may only name checkpoints in its own directory")
+    (folder / "checkpoint").write_text(f'model_checkpoint_path: "{folder / "model.ckpt-best"}"\n')
+    assert resolve_checkpoint(folder) == folder / "model.ckpt-best"  # absolute, but in its own directory
+    (folder / "sub").mkdir()
+    for f in folder.glob("model.ckpt-best.*"):
+        shutil.copy(f, folder / "sub" / f.name)
+    (folder / "checkpoint").write_text('model_checkpoint_path: "sub/../sub/model.ckpt-best"\n')
+    assert resolve_checkpoint(folder).resolve() == (folder / "sub" / "model.ckpt-best").resolve()
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing.
 

@@ -12,9 +12,11 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from albertlm.errors import ConfigError
+from albertlm.errors import AlbertlmError, ConfigError
+from albertlm.utils import atomic_write_text, check_field_types
 
 SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
 EMBEDDING_LAYOUTS = ("albert", "albert_zh")
@@ -30,6 +32,45 @@ _HF_BOOKKEEPING = (
     "model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
     "output_hidden_states", "output_attentions", "return_dict", "use_cache", "layer_types",
 )
+
+# Upper bounds on the sizes, far above any real model (albert-xxlarge: H=4096, I=16384, 12 layers;
+# the largest released vocabularies hold about 250k pieces), so that a typo or a corrupt file is
+# refused at once instead of becoming a multi-terabyte allocation or an hour-long loop.
+MAX_WIDTH = 1 << 18
+"""Largest hidden_size, embedding_size, intermediate_size and num_attention_heads (262144: 16 x xxlarge's FFN)."""
+MAX_ROWS = 1 << 24
+"""Largest vocab_size, max_position_embeddings, type_vocab_size and num_labels (16.7M table rows)."""
+MAX_LAYER_CALLS = 1024
+"""Largest num_hidden_layers x inner_group_num (the paper's deepest ALBERT has 24 layers)."""
+_SIZE_LIMITS = {
+    "vocab_size": MAX_ROWS, "embedding_size": MAX_WIDTH, "hidden_size": MAX_WIDTH,
+    "num_hidden_layers": MAX_LAYER_CALLS, "num_hidden_groups": MAX_LAYER_CALLS,
+    "num_attention_heads": MAX_WIDTH, "intermediate_size": MAX_WIDTH, "inner_group_num": MAX_LAYER_CALLS,
+    "max_position_embeddings": MAX_ROWS, "type_vocab_size": MAX_ROWS, "num_labels": MAX_ROWS,
+}
+
+
+class Size(int):
+    """An int that remembers the config field it was read from (`AlbertConfig.size`).
+
+    Key tables build their expected shapes from these, so a shape check that fails can name the
+    field behind each wrong dimension (`shape_note`) instead of guessing from the values.
+    """
+
+    field: str
+
+    def __new__(cls, value: int, field: str) -> "Size":
+        size = super().__new__(cls, value)
+        size.field = field
+        return size
+
+
+def shape_note(expected: tuple[int, ...], actual: tuple[int, ...]) -> str:
+    """" (intermediate_size=38)": the fields behind the dimensions of `expected` that `actual` lacks."""
+    if len(expected) != len(actual):
+        return ""
+    fields = [f"{d.field}={int(d)}" for d, a in zip(expected, actual) if d != a and isinstance(d, Size)]
+    return f" ({', '.join(fields)})" if fields else ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +131,7 @@ class AlbertConfig:
     """Unknown config.json keys, kept so a round trip loses nothing."""
 
     def __post_init__(self) -> None:
+        self._check_types()  # before the normalisation below compares them
         # `sharing="none"` with the default single group means one group per layer: normalise so
         # that HF's group scheme (num_hidden_groups == num_hidden_layers) expresses it.
         if self.sharing == "none" and self.num_hidden_groups == 1 and self.num_hidden_layers > 1:
@@ -99,22 +141,42 @@ class AlbertConfig:
         self.validate()
 
     # ------------------------------------------------------------------ validation
+    def _check_types(self) -> None:
+        """int fields hold ints (not bools), float fields finite numbers, tie_word_embeddings a bool."""
+        try:
+            check_field_types(self)
+        except AlbertlmError as exc:
+            raise ConfigError(str(exc)) from None
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
+
     def validate(self) -> None:
-        """Raise ConfigError naming the first invalid field."""
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
-                     "num_hidden_groups", "num_attention_heads", "intermediate_size",
-                     "inner_group_num", "max_position_embeddings", "type_vocab_size", "num_labels"):
+        """Raise ConfigError naming the first invalid field.
+
+        `__post_init__` checks the types first (`_check_types`: no bool, NaN or infinity gets this
+        far); the ranges below are written so that a NaN would fail them too. Sizes are bounded by
+        MAX_WIDTH, MAX_ROWS and MAX_LAYER_CALLS, each far above any real model: a config beyond them
+        is a typo or a corrupt file, and refusing it here costs nothing, where building it would
+        allocate terabytes (or loop for minutes over `block_schedule`).
+        """
+        for name, limit in _SIZE_LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not value > 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if not value <= limit:
+                raise ConfigError(f"{name} {value} is above albertlm's limit of {limit}; no real model "
+                                  "is this large (a typo or a corrupt config?)")
+        if not self.num_layer_calls <= MAX_LAYER_CALLS:
+            raise ConfigError(f"num_hidden_layers x inner_group_num = {self.num_layer_calls} layer applications "
+                              f"is above albertlm's limit of {MAX_LAYER_CALLS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1), got {value!r}")
         for name in ("initializer_range", "layer_norm_eps"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+            if not value > 0:
+                raise ConfigError(f"{name} must be a finite positive number, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
@@ -128,7 +190,7 @@ class AlbertConfig:
             raise ConfigError(f"sharing {self.sharing!r} is unknown; choose one of {', '.join(SHARING_STRATEGIES)}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+            if not 0 <= value < self.vocab_size:
                 raise ConfigError(f"{name} must be an id in [0, vocab_size={self.vocab_size}), got {value!r}")
         L, G, K = self.num_hidden_layers, self.num_hidden_groups, self.inner_group_num
         if self.sharing == "all":
@@ -186,7 +248,17 @@ class AlbertConfig:
         E under "albert" (the paper's §3.1: everything before the projection is E-wide); H under
         "albert_zh", whose word vectors are projected to H before positions and segments are added.
         """
-        return self.hidden_size if self.projects_words else self.embedding_size
+        return getattr(self, self._width_field)
+
+    @property
+    def _width_field(self) -> str:
+        """The field `embedding_width` reads."""
+        return "hidden_size" if self.projects_words else "embedding_size"
+
+    def size(self, name: str) -> "Size":
+        """A size field (or "embedding_width") as an int that remembers its field, for shape messages."""
+        field = self._width_field if name == "embedding_width" else name
+        return Size(getattr(self, field), field)
 
     @property
     def num_attention_blocks(self) -> int:
@@ -265,21 +337,32 @@ class AlbertConfig:
 
     def to_json_file(self, path: str | os.PathLike) -> None:
         """Write config.json atomically."""
-        from albertlm.utils import atomic_write_text
-
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "AlbertConfig":
         """Read config.json; errors name the file."""
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json_file(path), source=str(path))
+
+
+def read_json_file(path: str | os.PathLike) -> Any:
+    """Parse a JSON config file; every way reading it can fail is a one-line ConfigError naming it."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply") from None
 
 
 # ---------------------------------------------------------------------- presets

@@ -172,7 +172,8 @@ class ExitHeads:
 
 
 def load_exit_heads(model: ExitHeads, file: str | Path) -> None:
-    """Load exit_heads.safetensors into `model`, every key and shape checked against its config."""
+    """Load exit_heads.safetensors into `model`, every key, shape and dtype checked against its config
+    and every value finite (`load_safetensors`)."""
     tensors = load_safetensors(file)
     expected = {k: v.shape for k, v in model.exits.state_dict().items()}
     expected = {f"exits.{k}": shape for k, shape in expected.items()}
@@ -185,6 +186,9 @@ def load_exit_heads(model: ExitHeads, file: str | Path) -> None:
         if tensor.shape != expected[name]:
             raise AlbertlmError(f"{file}: {name} has shape {list(tensor.shape)}, the config implies "
                                 f"{list(expected[name])}")
+        if not tensor.is_floating_point():
+            raise AlbertlmError(f"{file}: {name} has dtype {str(tensor.dtype).removeprefix('torch.')}; "
+                                "a weight must be floating point")
     model.exits.load_state_dict({k[len("exits."):]: v for k, v in tensors.items()})
 
 

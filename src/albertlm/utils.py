@@ -166,3 +166,30 @@ def crash_point(name: str) -> None:
     """Exit at once, as a SIGKILL would, when the environment names this point (tests only)."""
     if os.environ.get(CRASH_ENV) == name:
         os._exit(137)
+
+
+def check_finite(tensor, name: str, source: str, what: str = "tensor") -> None:
+    """Refuse a loaded floating-point tensor that holds NaN or infinity; tensors of other dtypes pass.
+
+    One `torch.isfinite` pass per tensor, cheap beside reading the file. Every loader of weights
+    (safetensors, TF checkpoints, exit heads) calls this, so a corrupt file never reaches a model.
+
+    Args:
+        tensor: a torch tensor.
+        name: its name in the file.
+        source: the file the message cites.
+        what: how the file's format calls its entries ("tensor", "variable").
+    Raises:
+        AlbertlmError: naming the file, the tensor and how many values are not finite.
+    """
+    import torch
+
+    from albertlm.errors import AlbertlmError
+
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        bad = tensor.numel() - int(finite.sum())
+        raise AlbertlmError(f"{source}: {what} {name} holds {bad} NaN or infinite values (of {tensor.numel()}); "
+                            "refusing weights no model can run on")

@@ -26,9 +26,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from albertlm.config import AlbertConfig
+from albertlm.config import AlbertConfig, shape_note
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_path
+from albertlm.utils import atomic_path, check_finite
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -66,16 +66,17 @@ def _norm(ours: str, hf: str, width: int) -> list[Row]:
 
 def _backbone_rows(config: AlbertConfig, pooler: bool) -> list[Row]:
     """The backbone's rows, names relative to the backbone on both sides."""
-    V, E, H, I = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
-    W = config.embedding_width  # E, or H in albert_zh's layout
+    # Sizes that remember their field, so that a shape check can name it (config.shape_note)
+    V, E, H, I, W = (config.size(n) for n in ("vocab_size", "embedding_size", "hidden_size",
+                                              "intermediate_size", "embedding_width"))  # W: E, or H in albert_zh's
     rows = [Row("embeddings.word.weight", ("embeddings.word_embeddings.weight",), (V, E))]
     if config.projects_words:  # albert_zh: no such tensor in transformers; our name echoes the TF one
         rows.append(Row("embeddings.word_project.weight", ("embeddings.word_embeddings_2.weight",), (H, E)))
     rows += [
         Row("embeddings.position.weight", ("embeddings.position_embeddings.weight",),
-            (config.max_position_embeddings, W)),
+            (config.size("max_position_embeddings"), W)),
         Row("embeddings.token_type.weight", ("embeddings.token_type_embeddings.weight",),
-            (config.type_vocab_size, W)),
+            (config.size("type_vocab_size"), W)),
         *_norm("embeddings.norm", "embeddings.LayerNorm", W),
     ]
     if not config.projects_words:
@@ -102,10 +103,10 @@ def _backbone_rows(config: AlbertConfig, pooler: bool) -> list[Row]:
 
 
 def _pretraining_heads(config: AlbertConfig) -> list[Row]:
-    W, H = config.embedding_width, config.hidden_size
+    W, H = config.size("embedding_width"), config.size("hidden_size")
     # The decoder is tied to the word table and its bias to predictions.bias: no rows for it.
     return [*_linear("mlm.dense", "predictions.dense", W, H), *_norm("mlm.norm", "predictions.LayerNorm", W),
-            Row("mlm.bias", ("predictions.bias",), (config.vocab_size,)),
+            Row("mlm.bias", ("predictions.bias",), (config.size("vocab_size"),)),
             *_linear("sop", "sop_classifier.classifier", 2, H)]
 
 
@@ -122,7 +123,7 @@ class Architecture:
 
 
 def _classifier(config: AlbertConfig) -> list[Row]:
-    return _linear("classifier", "classifier", config.num_labels, config.hidden_size)
+    return _linear("classifier", "classifier", config.size("num_labels"), config.size("hidden_size"))
 
 
 # Keyed by class name, identical here and in transformers.
@@ -133,9 +134,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     "AlbertForSequenceClassification": Architecture("albert.", "albert.", _classifier),
     "AlbertForTokenClassification": Architecture("albert.", "albert.", _classifier),
     "AlbertForQuestionAnswering": Architecture(
-        "albert.", "albert.", lambda c: _linear("qa_outputs", "qa_outputs", c.num_labels, c.hidden_size)),
+        "albert.", "albert.",
+        lambda c: _linear("qa_outputs", "qa_outputs", c.size("num_labels"), c.size("hidden_size"))),
     "AlbertForMultipleChoice": Architecture(
-        "albert.", "albert.", lambda c: _linear("classifier", "classifier", 1, c.hidden_size)),
+        "albert.", "albert.", lambda c: _linear("classifier", "classifier", 1, c.size("hidden_size"))),
 }
 
 
@@ -253,24 +255,51 @@ def _normalise_hf_keys(hf_state_dict: Mapping[str, torch.Tensor], hf_prefix: str
     return sd
 
 
+def _check_rows(sd: Mapping[str, torch.Tensor], rows: list[Row], source: str) -> list[str]:
+    """Check the shape and dtype of every tensor of `rows` that `sd` holds; returns the names it lacks."""
+    absent: list[str] = []
+    for row in rows:
+        for name in row.hf:
+            if name not in sd:
+                absent.append(name)
+                continue
+            shape = tuple(sd[name].shape)
+            if shape != row.shape:
+                raise AlbertlmError(f"{source}: {name} has shape {list(shape)}, the config implies "
+                                    f"{list(row.shape)}{shape_note(row.shape, shape)}")
+            if not sd[name].is_floating_point():
+                raise AlbertlmError(f"{source}: {name} has dtype {str(sd[name].dtype).removeprefix('torch.')}; "
+                                    "a weight must be floating point")
+    return absent
+
+
 def _take_rows(sd: Mapping[str, torch.Tensor], required: list[Row], optional: list[Row],
                source: str) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
     """Our tensors for every table row present, shape-checked; returns (tensors, missing, missing optional)."""
+    missing, missing_optional = _check_rows(sd, required, source), _check_rows(sd, optional, source)
     out: dict[str, torch.Tensor] = {}
-    missing: list[str] = []
-    missing_optional: list[str] = []
-    for row, needed in [(r, True) for r in required] + [(r, False) for r in optional]:
-        absent = [n for n in row.hf if n not in sd]
-        if absent:
-            (missing if needed else missing_optional).extend(absent)
-            continue
-        for name in row.hf:
-            if tuple(sd[name].shape) != row.shape:
-                raise AlbertlmError(f"{source}: {name} has shape {list(sd[name].shape)}, "
-                                    f"the config implies {list(row.shape)}")
-        parts = [sd[n] for n in row.hf]
-        out[row.ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    for row in required + optional:
+        parts = [sd[n] for n in row.hf if n in sd]
+        if len(parts) == len(row.hf):
+            out[row.ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
     return out, missing, missing_optional
+
+
+def _check_before_building(hf_state_dict: Mapping[str, torch.Tensor], config: AlbertConfig,
+                           arch: str, strict: bool, source: str) -> None:
+    """What `from_hf_state_dict` refuses, checked before a model of `config` takes any memory.
+
+    Every tensor's shape and dtype against the config (a pooler too, which the class may lack: it
+    must still be [H, H]), and, when `strict`, every backbone key present. A config that overstates
+    a size within AlbertConfig's bounds (hidden_size 65536 over a 32-wide file, 1000 unshared
+    layers over 3) is refused naming the file and the field instead of allocating gigabytes.
+    """
+    sd = _normalise_hf_keys(hf_state_dict, _spec(arch).hf_prefix)
+    required, optional = _rows(config, arch, pooler=True)
+    missing = _check_rows(sd, required, source)
+    _check_rows(sd, optional, source)
+    if strict:
+        _report_key_problems(source, True, missing, [], [])
 
 
 def _report_key_problems(source: str, strict: bool, missing: list[str], unexpected: list[str],
@@ -327,13 +356,21 @@ def from_hf_state_dict(hf_state_dict: Mapping[str, torch.Tensor], config: Albert
 
 # ---------------------------------------------------------------------------- files
 def load_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors on the CPU; a one-line AlbertlmError naming the file when it cannot be read."""
+    """A safetensors file's tensors on the CPU, every float one checked finite.
+
+    Raises:
+        AlbertlmError: one line naming the file (and the tensor) when it cannot be read or a tensor
+            holds NaN or infinity.
+    """
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path), device="cpu")
+        tensors = load_file(str(path), device="cpu")
     except Exception as exc:  # SafetensorError, OSError: report the file, keep the cause
         raise AlbertlmError(f"{path}: cannot read safetensors ({str(exc).splitlines()[0]})") from exc
+    for name, tensor in tensors.items():
+        check_finite(tensor, name, str(path))
+    return tensors
 
 
 def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
@@ -368,6 +405,9 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
             raise AlbertlmError(f"{legacy}: cannot read ({reason})") from exc
         if not isinstance(sd, dict):
             raise AlbertlmError(f"{legacy}: expected a state dict, found {type(sd).__name__}")
+        for name, tensor in sd.items():
+            if isinstance(tensor, torch.Tensor):
+                check_finite(tensor, name, str(legacy))
         return sd, str(legacy)
     raise AlbertlmError(f"{path}: no {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or {PYTORCH_NAME}")
 
@@ -391,7 +431,7 @@ def load_pretrained(cls: type, path: str | Path, *, config: AlbertConfig | None 
     config = config or AlbertConfig.from_json_file(path / CONFIG_NAME)
     arch = _arch_of(cls)
     hf_sd, source = read_hf_weights(path)
-    _check_embedding_shape(hf_sd, config, source)  # before allocating a model the config may overstate
+    _check_before_building(hf_sd, config, arch, strict, source)  # before the model takes any memory
     model = cls(config, **model_kwargs)
     pooler = f"{_spec(arch).ours_prefix}pooler.weight" in model.state_dict()
     ours = from_hf_state_dict(hf_sd, config, arch, pooler=pooler, strict=strict, source=source)
@@ -400,17 +440,6 @@ def load_pretrained(cls: type, path: str | Path, *, config: AlbertConfig | None 
         raise AlbertlmError(_one_line(source, "the key table names a parameter the model lacks:",
                                       result.unexpected_keys))
     return model.eval()
-
-
-def _check_embedding_shape(hf_sd: Mapping[str, torch.Tensor], config: AlbertConfig, source: str) -> None:
-    """The word-embedding matrix in the file must be [vocab_size, embedding_size] as config.json says."""
-    for name, tensor in hf_sd.items():
-        if name.endswith("embeddings.word_embeddings.weight"):
-            expected = (config.vocab_size, config.embedding_size)
-            if tuple(tensor.shape) != expected:
-                raise AlbertlmError(f"{source}: {name} is {list(tensor.shape)} but config.json says vocab_size "
-                                    f"{config.vocab_size} x embedding_size {config.embedding_size}")
-            return
 
 
 def load_state_into(model: nn.Module, path: str | Path) -> None:

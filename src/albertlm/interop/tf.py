@@ -24,7 +24,6 @@ Reading and writing the files themselves is `interop/tf_bundle.py`; whole direct
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,8 +31,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from albertlm.config import AlbertConfig
+from albertlm.config import AlbertConfig, read_json_file, shape_note
 from albertlm.errors import AlbertlmError, ConfigError
+from albertlm.utils import check_finite
 
 HUB_PREFIX = "module/"
 """TF-Hub exports keep every variable under this scope."""
@@ -73,13 +73,19 @@ def _qkv(ours: str, tf: str, H: int) -> list[Row]:
             Row(f"{ours}.bias", tuple(f"{tf}/{n}/bias" for n in names), (H,))]
 
 
+def _sizes(config: AlbertConfig) -> tuple[int, ...]:
+    """V, E, H, I, positions, types: sizes that remember their field, for shape messages (config.shape_note)."""
+    return tuple(config.size(n) for n in ("vocab_size", "embedding_size", "hidden_size", "intermediate_size",
+                                          "max_position_embeddings", "type_vocab_size"))
+
+
 def _heads(config: AlbertConfig) -> list[Row]:
     """Pooler, MLM transform (to W = embedding_width) with its output bias, and the SOP head."""
-    H, W = config.hidden_size, config.embedding_width
+    H, W = config.size("hidden_size"), config.size("embedding_width")
     return [*_dense("albert.pooler", "bert/pooler/dense", H, H),
             *_dense("mlm.dense", "cls/predictions/transform/dense", H, W),
             *_norm("mlm.norm", "cls/predictions/transform/LayerNorm", W),
-            Row("mlm.bias", ("cls/predictions/output_bias",), (config.vocab_size,)),
+            Row("mlm.bias", ("cls/predictions/output_bias",), (config.size("vocab_size"),)),
             # output_weights is [2, H] already: [out, in], no transpose
             Row("sop.weight", ("cls/seq_relationship/output_weights",), (2, H)),
             Row("sop.bias", ("cls/seq_relationship/output_bias",), (2,))]
@@ -93,12 +99,10 @@ def google_rows(config: AlbertConfig) -> list[Row]:
     """
     if config.projects_words or config.sharing not in ("all", "none"):
         raise AlbertlmError(f"Google's TF layout cannot express {_describe(config)}")
-    V, E, H, I = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
+    V, E, H, I, P, T = _sizes(config)
     rows = [Row("albert.embeddings.word.weight", ("bert/embeddings/word_embeddings",), (V, E)),
-            Row("albert.embeddings.position.weight", ("bert/embeddings/position_embeddings",),
-                (config.max_position_embeddings, E)),
-            Row("albert.embeddings.token_type.weight", ("bert/embeddings/token_type_embeddings",),
-                (config.type_vocab_size, E)),
+            Row("albert.embeddings.position.weight", ("bert/embeddings/position_embeddings",), (P, E)),
+            Row("albert.embeddings.token_type.weight", ("bert/embeddings/token_type_embeddings",), (T, E)),
             *_norm("albert.embeddings.norm", "bert/embeddings/LayerNorm", E)]
     if E != H:
         rows += _dense("albert.project", "bert/encoder/embedding_hidden_mapping_in", E, H)
@@ -120,15 +124,13 @@ def albert_zh_rows(config: AlbertConfig) -> list[Row]:
     """The key table of brightmart/albert_zh's original layout (one shared BERT-named layer)."""
     if not config.projects_words or config.num_attention_blocks != 1 or config.num_ffn_blocks != 1:
         raise AlbertlmError(f"albert_zh's TF layout cannot express {_describe(config)}")
-    V, E, H, I = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
+    V, E, H, I, P, T = _sizes(config)
     tf = "bert/encoder/layer_shared"
     return [Row("albert.embeddings.word.weight", ("bert/embeddings/word_embeddings",), (V, E)),
             Row("albert.embeddings.word_project.weight", ("bert/embeddings/word_embeddings_2",), (E, H),
                 transpose=True),
-            Row("albert.embeddings.position.weight", ("bert/embeddings/position_embeddings",),
-                (config.max_position_embeddings, H)),
-            Row("albert.embeddings.token_type.weight", ("bert/embeddings/token_type_embeddings",),
-                (config.type_vocab_size, H)),
+            Row("albert.embeddings.position.weight", ("bert/embeddings/position_embeddings",), (P, H)),
+            Row("albert.embeddings.token_type.weight", ("bert/embeddings/token_type_embeddings",), (T, H)),
             *_norm("albert.embeddings.norm", "bert/embeddings/LayerNorm", H),
             *_qkv("albert.encoder.attention.0.qkv", f"{tf}/attention/self", H),
             *_dense("albert.encoder.attention.0.out", f"{tf}/attention/output/dense", H, H),
@@ -242,11 +244,7 @@ def read_state_dict(tensors: Mapping[str, np.ndarray], config: AlbertConfig,
         for name in row.tf:
             if name not in names:
                 raise AlbertlmError(f"{source}: missing variable {(HUB_PREFIX if hub else '') + name}")
-            array = np.asarray(tensors[names[name]])
-            if tuple(array.shape) != row.shape:
-                raise AlbertlmError(f"{source}: variable {names[name]} has shape {list(array.shape)}, "
-                                    f"the config implies {list(row.shape)}")
-            parts.append(torch.from_numpy(np.ascontiguousarray(array.T if row.transpose else array)))
+            parts.append(_weight(tensors[names[name]], names[name], row, source))
         out[row.ours] = torch.cat(parts) if len(parts) > 1 else parts[0]
     summary = TfSummary(layout, hub, len(known), skipped)
     if layout == "google" and config.embedding_size == config.hidden_size:
@@ -255,6 +253,20 @@ def read_state_dict(tensors: Mapping[str, np.ndarray], config: AlbertConfig,
         out["albert.project.bias"] = torch.zeros(config.hidden_size)
         summary.filled = ["albert.project.weight", "albert.project.bias"]
     return out, summary
+
+
+def _weight(value: np.ndarray, name: str, row: Row, source: str) -> torch.Tensor:
+    """One variable as a torch tensor in our layout, its shape, dtype and values checked."""
+    array = np.asarray(value)
+    shape = tuple(array.shape)
+    if shape != row.shape:
+        raise AlbertlmError(f"{source}: variable {name} has shape {list(shape)}, the config implies "
+                            f"{list(row.shape)}{shape_note(row.shape, shape)}")
+    if array.dtype.kind != "f":  # an int32 entry would load as huge floats into the parameter
+        raise AlbertlmError(f"{source}: variable {name} has dtype {array.dtype}; a weight must be floating point")
+    tensor = torch.from_numpy(np.ascontiguousarray(array.T if row.transpose else array))
+    check_finite(tensor, name, source, what="variable")
+    return tensor
 
 
 # ---------------------------------------------------------------------------- ours -> TF
@@ -343,14 +355,7 @@ def config_from_tf(data: dict[str, Any], layout: str = "google", source: str = "
 
 def read_tf_config(path: str | Path, layout: str = "google") -> AlbertConfig:
     """Read a TF-era config file (see `config_from_tf`); errors name the file."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    return config_from_tf(data, layout, source=str(path))
+    return config_from_tf(read_json_file(path), layout, source=str(path))
 
 
 def tf_config_dict(config: AlbertConfig) -> dict[str, Any]:

@@ -90,9 +90,7 @@ def _state_file_prefix(state: Path) -> Path:
         name = match.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
     except (UnicodeError, ValueError):
         raise TFCheckpointError(f"{state}: model_checkpoint_path is not a valid string") from None
-    prefix = Path(name)
-    if not prefix.is_absolute():
-        prefix = state.parent / prefix
+    prefix = state.parent / name  # a relative name is relative to the state file; an absolute one stays
     if not index_filename(prefix).is_file():
         # An absolute path written on another machine: look for the same name beside the file.
         local = state.parent / prefix.name
@@ -100,6 +98,11 @@ def _state_file_prefix(state: Path) -> Path:
             return local
         raise TFCheckpointError(f"{state}: names checkpoint {name!r} but {index_filename(prefix)} "
                                 "does not exist")
+    # The state file picks a checkpoint of its own directory; one that leads elsewhere (an edited or
+    # copied state file) would convert another model than the files beside it.
+    if not prefix.resolve().is_relative_to(state.parent.resolve()):
+        raise TFCheckpointError(f"{state}: names checkpoint {name!r}, outside {state.parent}; "
+                                "a state file may only name checkpoints in its own directory")
     return prefix
 
 
@@ -112,7 +115,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     Returns:
         the prefix: `index_filename(prefix)` exists.
     Raises:
-        TFCheckpointError when no single checkpoint is found.
+        TFCheckpointError when no single checkpoint is found, or a state file names one outside
+        its own directory.
     """
     path = Path(path)
     if path.is_dir():
