@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -117,6 +118,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict:
+    """A dataclass's resolved type hints (cached: resolving them is slow and they never change)."""
+    import typing
+
+    return typing.get_type_hints(cls)
+
+
 def check_field_types(obj) -> None:
     """Every field of a dataclass instance holds a value of its declared type, and floats are finite.
 
@@ -130,7 +139,7 @@ def check_field_types(obj) -> None:
 
     from albertlm.errors import AlbertlmError
 
-    hints = typing.get_type_hints(type(obj))
+    hints = _type_hints(type(obj))
     for f in dataclasses.fields(obj):
         hint, value = hints[f.name], getattr(obj, f.name)
         args = typing.get_args(hint)
