@@ -361,10 +361,10 @@ def test_cli_bad_inputs_are_one_line_errors(tmp_path, capsys):
     convert(FIXTURES / "albert_zh", tmp_path / "zh")
     assert "Google's TF layout cannot express embedding_layout='albert_zh'" in _cli_error(
         capsys, "convert", str(tmp_path / "zh"), str(tmp_path / "zh-tf"), "--to", "tf")
-    # a non-empty destination is refused without --force, and nothing in it is touched
+    # a destination holding files convert did not write is refused, and nothing in it is touched
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
-    assert "not an empty directory" in _cli_error(capsys, "convert", str(FIXTURES / "google"), str(tmp_path / "full"))
+    assert "did not write (keep.txt)" in _cli_error(capsys, "convert", str(FIXTURES / "google"), str(tmp_path / "full"))
     assert "nor a TF checkpoint" in _cli_error(capsys, "convert", str(tmp_path / "full"), str(tmp_path / "x"))
 
 
@@ -434,14 +434,16 @@ def test_a_float_weight_relabelled_as_int32_is_refused_naming_the_variable(tmp_p
             "floating point") in err
 
 
-def test_force_writes_into_a_directory_and_keeps_other_files(tmp_path, capsys):
+def test_force_replaces_an_earlier_conversion_and_never_other_files(tmp_path, capsys):
     from albertlm.cli import main
 
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "keep.txt").write_text("mine")
+    convert(FIXTURES / "google", tmp_path / "out")
     assert main(["convert", str(FIXTURES / "training"), str(tmp_path / "out"), "--force"]) == 0
     printed = capsys.readouterr().out
     assert "32 adam_m, 32 adam_v, 1 global_step" in printed and "parameters:   11,786" in printed
+    assert not (tmp_path / "out" / "spiece.model").exists()  # replaced as a whole: the training fixture has none
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    assert main(["convert", str(FIXTURES / "training"), str(tmp_path / "out"), "--force"]) == 2
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine" and (tmp_path / "out" / "model.safetensors").is_file()
 
 

@@ -8,14 +8,16 @@ import argparse
 def convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", metavar="SRC", help="a TF1 checkpoint (prefix, .index, or a directory with a 'checkpoint' "
                    "file or one .index), a TF-Hub export, or a Hugging Face directory (config.json + model.safetensors)")
-    p.add_argument("dst", metavar="DST", help="the directory to write (must not exist or be empty, unless --force)")
+    p.add_argument("dst", metavar="DST", help="the directory to write: new, empty, or (with --force) an earlier "
+                   "conversion; it is put in place as a whole")
     p.add_argument("--to", choices=("hf", "tf"), default="hf",
                    help="hf: config.json + model.safetensors + tokenizer files; tf: a TF1 checkpoint in Google's "
                    "layout + albert_config.json + the vocabulary (default: hf)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="albert_config.json (or an albert_zh config file) for a TF source without one beside it")
     p.add_argument("--force", action="store_true",
-                   help="write into a non-empty DST (files of the same names are replaced, others kept)")
+                   help="replace an earlier conversion at DST as a whole; a DST holding files convert does not "
+                   "write is refused even so")
 
 
 def convert_run(args: argparse.Namespace) -> int:

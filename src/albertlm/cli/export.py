@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
@@ -20,15 +21,32 @@ def export_args(p: argparse.ArgumentParser) -> None:
                    "(default: dynamo)")
 
 
+def _architecture(model_dir: str | Path) -> str:
+    """The class config.json's `architectures` names, refusing a field that is not a list of names.
+
+    read_architecture takes the first entry of whatever the field holds, so a string gives its first
+    letter ("holds an A") and a list of objects a TypeError. The same check belongs in
+    AlbertConfig.from_dict, for every command that reads the field; until it is there, it lives here.
+    """
+    from albertlm.train.inference import read_architecture
+
+    arch, _ = read_architecture(model_dir)  # config.json read and checked: exists, UTF-8, a JSON object
+    path = Path(model_dir) / "config.json"
+    value = json.loads(path.read_text(encoding="utf-8")).get("architectures")
+    if value not in (None, []) and not (isinstance(value, list) and all(isinstance(a, str) and a for a in value)):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise AlbertlmError(f"{path}: architectures must be a list of class names, e.g. "
+                            f"[\"AlbertForSequenceClassification\"], got {shown}")
+    return arch
+
+
 def export_run(args: argparse.Namespace) -> int:
     """Export a model directory; print what was written."""
-    import tempfile
     import warnings
 
     from albertlm.heads import HEADS
-    from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8
+    from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8, scratch_beside
     from albertlm.model import AlbertForPreTraining
-    from albertlm.train.inference import read_architecture
 
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
@@ -36,7 +54,7 @@ def export_run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         raise AlbertlmError(f"{args.model}: not a model directory")
     check_not_input(out, "OUT", {"DIR": args.model})
-    arch, _ = read_architecture(args.model)
+    arch = _architecture(args.model)
     classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
     if arch not in ONNX_OUTPUTS:
         raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
@@ -46,9 +64,9 @@ def export_run(args: argparse.Namespace) -> int:
     if not args.int8:
         report = export_onnx(model, out, dynamo=args.exporter == "dynamo")
     else:
-        with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-            report = export_onnx(model, Path(tmp) / "fp32.onnx", dynamo=args.exporter == "dynamo")
-            report.update(quantize_onnx_int8(Path(tmp) / "fp32.onnx", out))
+        with scratch_beside(out) as tmp:
+            report = export_onnx(model, tmp / "fp32.onnx", dynamo=args.exporter == "dynamo")
+            report.update(quantize_onnx_int8(tmp / "fp32.onnx", out))
     print(f"{out}: {arch} -> {', '.join(report['outputs'])}; {out.stat().st_size / 2**20:.2f} MiB on disk, "
           f"fp32 initializers {report['ratio']:.3f}x the distinct parameter bytes"
           + (f"; int8: {report['quantized_matmuls']} int8 MatMuls" if args.int8 else ""))

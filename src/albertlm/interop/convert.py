@@ -4,7 +4,9 @@
 AlbertForPreTraining through the key tables of `interop/tf.py` or `interop/hf.py`, and writes a
 complete directory: config.json + model.safetensors + the tokenizer files (`to="hf"`), or a TF1
 checkpoint in Google's layout + albert_config.json + the vocabulary (`to="tf"`). The directory is
-built in a temporary sibling and renamed into place; nothing but that temporary is ever deleted.
+built in a temporary sibling and put in place as a whole (`utils.replace_directory`): DST is an
+`outputs.OutputDir` claimed by "convert", so `force` replaces only an earlier conversion, never a
+directory holding anything convert does not write.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from albertlm.errors import AlbertlmError
 from albertlm.interop import tf as tfmap
 from albertlm.interop.hf import CONFIG_NAME, PYTORCH_NAME, SAFETENSORS_INDEX_NAME, SAFETENSORS_NAME
 from albertlm.model import AlbertForPreTraining
+from albertlm.outputs import MODEL_FILES, OUT_MARKER, OutputDir
+from albertlm.rundir import LOCK, OWNER, RunLock
 from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, VOCAB_FILE
-from albertlm.utils import atomic_write_text
+from albertlm.utils import atomic_write_bytes, atomic_write_text, replace_directory
 
 TF_PREFIX_NAME = "model.ckpt"
 """Prefix of the TF1 checkpoint `to="tf"` writes."""
@@ -35,6 +39,10 @@ SPIECE_NAMES = (MODEL_FILE, "30k-clean.model")
 """SentencePiece vocabularies: ours / transformers', and the name in Google's releases."""
 WORDPIECE_NAMES = (VOCAB_FILE, "vocab_chinese.txt")
 """WordPiece vocabularies: BERT's and albert_zh's name, and Google's Chinese release."""
+CONVERT_FILES = MODEL_FILES + (f"{TF_PREFIX_NAME}.index", f"{TF_PREFIX_NAME}.data-*-of-*", "checkpoint",
+                               TF_CONFIG_NAME)
+"""The names convert writes into DST (either direction); a DST holding anything else is refused."""
+_BOOKKEEPING = {OUT_MARKER, LOCK, OWNER}
 
 
 @dataclasses.dataclass
@@ -108,14 +116,6 @@ def detect_source(src: str | os.PathLike) -> Source:
     return Source("tf", prefix, (prefix.parent, prefix.parent / "assets"))
 
 
-def _find(folders: tuple[Path, ...], names: tuple[str, ...]) -> Path | None:
-    for folder in folders:
-        for name in names:
-            if (folder / name).is_file():
-                return folder / name
-    return None
-
-
 def find_tf_config(folders: tuple[Path, ...]) -> Path:
     """albert_config.json, or the one albert_config*.json (albert_zh's names), nearest folder first."""
     for folder in folders:
@@ -131,9 +131,34 @@ def find_tf_config(folders: tuple[Path, ...]) -> Path:
                         "none); pass --config")
 
 
-def find_vocabulary(folders: tuple[Path, ...]) -> Path | None:
-    """The SentencePiece model or WordPiece vocab.txt beside a checkpoint, or None."""
-    return _find(folders, SPIECE_NAMES) or _find(folders, WORDPIECE_NAMES)
+def find_vocabulary(source: Source) -> Path | None:
+    """The SentencePiece model or WordPiece vocab.txt that belongs to a source, or None.
+
+    An HF directory's is the one `tokenizer.vocabulary_kind` names (its tokenizer_config.json says
+    which when it holds both). Beside a TF checkpoint, two different vocabulary files are refused,
+    naming both: the layout cannot tell which is the model's (Google's layout comes with either
+    kind: SentencePiece for English, WordPiece for Chinese), nor can the size (a stray file may
+    have as many entries), and the wrong one gives a model whose ids mean other text with no error
+    anywhere. Copies with the same bytes (spiece.model beside 30k-clean.model) are one vocabulary.
+    """
+    from albertlm.tokenizer.auto import KINDS, vocabulary_kind
+
+    if source.kind == "hf":
+        if not any((source.path / name).is_file() for name, _ in KINDS.values()):
+            return None
+        return source.path / KINDS[vocabulary_kind(source.path)][0]
+    found: list[Path] = []
+    for path in (folder / name for folder in source.folders for name in SPIECE_NAMES + WORDPIECE_NAMES):
+        if path.is_file() and not any(_same_bytes(path, other) for other in found):
+            found.append(path)
+    if len(found) > 1:
+        raise AlbertlmError(f"{found[0]} and {found[1]}: two different vocabularies beside the checkpoint; "
+                            "remove (or move away) the one that is not the model's and convert again")
+    return found[0] if found else None
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
 
 
 # ---------------------------------------------------------------------------- loading
@@ -208,7 +233,8 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
     Args:
         model: our pretraining model (sharing all/none, Google's embedding layout).
         dst: an existing directory.
-        vocabulary: spiece.model or vocab.txt to copy beside it, if any.
+        vocabulary: spiece.model or vocab.txt to copy beside it (with the tokenizer_config.json
+            `hf_tokenizer` reads, if any), byte for byte.
     Returns:
         The names of the files written.
     """
@@ -220,11 +246,29 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
     write_checkpoint(dst / TF_PREFIX_NAME, variables)
     atomic_write_text(dst / TF_CONFIG_NAME, config_json)
     if vocabulary is not None:
-        shutil.copyfile(vocabulary, dst / (MODEL_FILE if vocabulary.suffix == ".model" else VOCAB_FILE))
-        options = vocabulary.parent / CONFIG_FILE
-        if options.is_file():  # keeps the tokenizer's settings (lower-casing, the digit-comma rule) for the way back
-            shutil.copyfile(options, dst / CONFIG_FILE)
+        _copy(vocabulary, dst / (MODEL_FILE if vocabulary.suffix == ".model" else VOCAB_FILE))
+        options = _options_file(vocabulary)
+        if options is not None:  # keeps the tokenizer's settings (lower-casing, the digit-comma rule) for the way back
+            _copy(options, dst / CONFIG_FILE)
     return sorted(p.name for p in dst.iterdir() if p.is_file())
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy a file through the atomic writer. An error writing names `dst` (shutil.copyfile's
+    names the source, so a full disk would blame the file being read)."""
+    data = src.read_bytes()
+    try:
+        atomic_write_bytes(dst, data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(dst)) from None
+
+
+def _options_file(vocabulary: Path) -> Path | None:
+    """The tokenizer_config.json that goes with a vocabulary file: the one beside it, when the
+    vocabulary has its own name (an albertlm or Hugging Face directory, or one `--to tf` wrote)."""
+    own_name = vocabulary.name == (MODEL_FILE if vocabulary.suffix == ".model" else VOCAB_FILE)
+    beside = vocabulary.parent / CONFIG_FILE
+    return beside if own_name and beside.is_file() else None
 
 
 def hf_tokenizer(vocabulary: Path, google: bool = False):
@@ -242,13 +286,11 @@ def hf_tokenizer(vocabulary: Path, google: bool = False):
     from albertlm.tokenizer.base import read_config
     from albertlm.tokenizer.wordpiece import WordPieceTokenizer
 
-    spiece = vocabulary.suffix == ".model"
-    beside = vocabulary.parent / CONFIG_FILE
-    own_name = vocabulary.name == (MODEL_FILE if spiece else VOCAB_FILE)
-    source = vocabulary.parent if own_name and beside.is_file() else vocabulary
-    if not spiece:
+    options = _options_file(vocabulary)
+    source = vocabulary.parent if options is not None else vocabulary
+    if vocabulary.suffix != ".model":
         return WordPieceTokenizer.load(source)
-    stated = source == vocabulary.parent and "split_digit_comma" in read_config(beside)[1]
+    stated = options is not None and "split_digit_comma" in read_config(options)[1]
     return Tokenizer.load(source, **({} if stated else {"split_digit_comma": google}))
 
 
@@ -259,10 +301,10 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
 
     Args:
         src: see `detect_source`.
-        dst: the directory to write; must not exist or be empty unless `force` (then files of the
-            same names are replaced and others are left alone).
+        dst: the directory to write; new, empty, or (with `force`) an earlier conversion, which is
+            replaced as a whole. A directory holding anything convert does not write is refused.
         to: "hf" (config.json, model.safetensors, tokenizer files) or "tf" (Google's TF1 layout).
-        force: write into a non-empty `dst`.
+        force: replace an earlier conversion at `dst`.
         config: a TF config file for a TF source that has none beside it (TF-Hub exports).
     Returns:
         ConvertSummary.
@@ -270,16 +312,14 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
     if to not in ("hf", "tf"):
         raise AlbertlmError(f"--to must be hf or tf, got {to!r}")
     source = detect_source(src)
-    dst = Path(dst)
-    if dst.resolve() in (Path(src).resolve(), source.folders[0].resolve()):
-        raise AlbertlmError(f"{dst}: is the source's own directory; choose another destination")
-    if dst.exists() and (not dst.is_dir() or (any(dst.iterdir()) and not force)):
-        raise AlbertlmError(f"{dst}: exists and is not an empty directory (pass --force to write into it)")
+    out = _output_dir(dst, [("SRC", src), *(("SRC", f) for f in source.folders), ("--config", config)], force)
+    dst = out.path
     if source.kind == "hf":
         if to == "hf":
             raise AlbertlmError(f"{src}: already a Hugging Face directory; did you mean --to tf?")
         model, notes = _load_hf(source.path)
         summary = ConvertSummary("Hugging Face directory", "", 0, len(model.state_dict()), {}, dst, [], notes)
+        config_file = source.path / CONFIG_NAME
     else:
         model, tf_summary = load_tf(source.path, config, source.folders)
         where = f"TF1 checkpoint, {'Google' if tf_summary.layout == 'google' else 'albert_zh'}'s layout"
@@ -287,30 +327,48 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
                  for name in tf_summary.filled]
         summary = ConvertSummary(where + (" (TF-Hub, module/ stripped)" if tf_summary.hub else ""), "", 0,
                                  tf_summary.tensors, dict(tf_summary.skipped), dst, [], notes)
+        config_file = Path(config) if config is not None else find_tf_config(source.folders)
     summary.architecture = describe(model.config)
     summary.parameters = model.num_parameters()
-    vocabulary = find_vocabulary(source.folders)
-    with _staging(dst) as tmp:
+    vocabulary = find_vocabulary(source)
+    tok = None
+    if vocabulary is not None:  # loaded before anything is written: a corrupt or foreign vocabulary is refused
+        from albertlm.tokenizer import check_matches_model
+
+        google = source.kind == "tf" and not model.config.projects_words
+        tok = check_matches_model(hf_tokenizer(vocabulary, google), model.config.vocab_size, vocabulary,
+                                  config_file)
+    with _Staging(out) as tmp:
         if to == "tf":
             summary.files = write_tf(model, tmp, vocabulary)
         else:
-            google = source.kind == "tf" and not model.config.projects_words
-            summary.files = _write_hf(model, tmp, vocabulary, summary.notes, google)
+            summary.files = _write_hf(model, tmp, tok, summary.notes)
     if vocabulary is None:
         summary.notes.append(f"no vocabulary ({', '.join(SPIECE_NAMES + WORDPIECE_NAMES)}) found beside "
                              "the source: add the tokenizer files yourself")
     return summary
 
 
-def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, notes: list[str],
-              google: bool) -> list[str]:
-    from albertlm.interop.hf import transformers_can_load
+def _output_dir(dst: str | os.PathLike, inputs: list, force: bool) -> OutputDir:
+    """DST checked before any work: `OutputDir`'s rules, then an earlier conversion only with `force`,
+    and no directory where convert writes a file (replacing DST would delete what it holds)."""
+    out = OutputDir(dst, "convert", CONVERT_FILES, flag="DST", inputs=inputs)
+    held = sorted(p.name for p in out.path.iterdir() if p.name not in _BOOKKEEPING) if out.path.is_dir() else []
+    if held and not force:
+        raise AlbertlmError(f"DST {dst}: holds an earlier conversion ({', '.join(held[:3])}"
+                            f"{', ...' if len(held) > 3 else ''}); pass --force to replace it")
+    for name in held:
+        if (out.path / name).is_dir() and not (out.path / name).is_symlink():
+            raise AlbertlmError(f"{out.path / name}: a directory where convert writes a file (DST is replaced "
+                                "as a whole); nothing was changed: move it away or choose another DST")
+    return out
 
-    tok = hf_tokenizer(vocabulary, google) if vocabulary is not None else None
-    if tok is not None and vocabulary.suffix != ".model":  # config.json's pad/bos/eos from the vocabulary
-        if tok.vocab_size != model.config.vocab_size:
-            raise AlbertlmError(f"{vocabulary}: {tok.vocab_size} lines but the model has vocab_size "
-                                f"{model.config.vocab_size}")
+
+def _write_hf(model: AlbertForPreTraining, tmp: Path, tok, notes: list[str]) -> list[str]:
+    from albertlm.interop.hf import transformers_can_load
+    from albertlm.tokenizer import WordPieceTokenizer
+
+    if isinstance(tok, WordPieceTokenizer):  # config.json's pad/bos/eos from the vocabulary
         ids = tok.special_ids
         model.config = model.config.replace(pad_token_id=ids.pad, bos_token_id=ids.cls, eos_token_id=ids.sep)
     model.save_pretrained(tmp)
@@ -323,7 +381,7 @@ def _write_hf(model: AlbertForPreTraining, tmp: Path, vocabulary: Path | None, n
         notes.append(f"transformers cannot express embedding_layout={model.config.embedding_layout!r}: "
                      "load this directory with albertlm (AlbertForPreTraining.from_pretrained, "
                      "albertlm finetune --model)")
-    return sorted(p.name for p in tmp.iterdir())
+    return sorted(p.name for p in tmp.iterdir() if p.name not in _BOOKKEEPING)
 
 
 def describe(config: AlbertConfig) -> str:
@@ -335,31 +393,57 @@ def describe(config: AlbertConfig) -> str:
             f"{config.inner_group_num} inner){layout}")
 
 
-class _staging:
-    """Build a directory in a temporary sibling of `dst`, then move it into place.
+class _Staging:
+    """Claim DST, build the output in a temporary sibling, then put it in place as a whole.
 
-    A fresh `dst` is one rename; an existing one (empty, or non-empty with --force) receives each
-    file by rename. On any error only the temporary directory is removed.
+    DST is claimed first (`OutputDir.claim`: created, marked, locked). The finished temporary gets
+    the marker and a lock of its own, then `utils.replace_directory` swaps it in: DST holds the
+    earlier conversion or the new one, never a mix, and is locked throughout. On any error only the
+    temporary is removed, with a DST this run created (still empty); an OSError names the file's
+    place in DST rather than in the temporary.
     """
 
-    def __init__(self, dst: Path):
-        self.dst = dst
+    def __init__(self, out: OutputDir):
+        self.out = out
+        self.dst = Path(os.path.realpath(out.path))  # a link to a directory: write where it points
 
     def __enter__(self) -> Path:
-        self.dst.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+        self.created = not os.path.lexists(self.dst)
+        self.held = self.out.claim()
+        try:
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+        except BaseException:
+            self._release()
+            raise
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if exc_type is None:
-                if not self.dst.exists():
-                    os.replace(self.tmp, self.dst)
-                    return
-                for item in self.tmp.iterdir():
-                    if (self.dst / item.name).is_dir():
-                        raise AlbertlmError(f"{self.dst / item.name}: a directory where a file is to be written")
-                    os.replace(item, self.dst / item.name)
+                shutil.copyfile(self.dst / OUT_MARKER, self.tmp / OUT_MARKER)
+                with RunLock(self.tmp, hint="choose another DST"):
+                    replace_directory(self.tmp, self.dst)
+        except OSError as error:
+            exc = error
         finally:
             if self.tmp.exists():
                 shutil.rmtree(self.tmp)
+            self._release(failed=exc is not None)
+        if isinstance(exc, OSError):
+            raise self._named(exc) from None
+
+    def _release(self, failed: bool = True) -> None:
+        self.held.__exit__(None, None, None)
+        if failed and self.created and self.dst.is_dir() and {p.name for p in self.dst.iterdir()} <= _BOOKKEEPING:
+            shutil.rmtree(self.dst)  # only our marker and lock: the directory this run created
+
+    def _named(self, exc: OSError) -> OSError:
+        """The error with paths inside the temporary moved to DST, and DST named when it named nothing."""
+        def final(name):
+            if not isinstance(name, str) or not Path(name).is_relative_to(self.tmp):
+                return name
+            return str(self.out.path / Path(name).relative_to(self.tmp))
+        if exc.errno is None:
+            return exc
+        return OSError(exc.errno, exc.strerror, final(exc.filename) or str(self.out.path), None,
+                       final(exc.filename2))

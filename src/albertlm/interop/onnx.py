@@ -22,8 +22,12 @@ onnx and onnxruntime are optional (pip install 'albertlm[onnx]'); they are impor
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -42,6 +46,57 @@ ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
 SIZE_TOLERANCE = 1.05
 """The file's initializers may exceed the model's distinct parameter bytes by at most this factor."""
 MISSING = "the ONNX export needs onnx, onnxscript and onnxruntime: pip install 'albertlm[onnx]'"
+
+
+@contextlib.contextmanager
+def scratch_beside(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary directory beside `path`, removed afterwards. An OSError creating it or writing
+    in it (a read-only or full disk) names `path`, the file the user asked for, rather than the
+    temporary's random name or nothing (the exporters' writes name no file)."""
+    path = Path(path)
+    try:
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as name:
+            yield Path(name)
+    except OSError as exc:
+        inside = exc.filename is None or str(exc.filename).startswith(str(path.parent / f".{path.name}."))
+        if exc.errno is None or not inside:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+_NOISE_LOGGERS = ("torch.onnx._internal.exporter._registration", "")  # "": the root logger
+_NOISE_LOGGED = (
+    "torchvision is not installed",  # torch's exporter, per torchvision op it registers; ALBERT uses none
+    "Please consider to run pre-processing before quantization",  # onnxruntime's quantizer, every run
+)
+"""What the exporters and onnxruntime's quantizer log on every run that asks nothing of the user.
+The quantizer's advice (a shape-inference and graph-optimisation pre-pass) is for graphs whose
+shapes it cannot infer; ours are checked by `onnx.checker`, and its int8 output is held to the
+fp32 predictions by the tests."""
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_NOISE_LOGGED)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence the known harmless lines (`_NOISE_LOGGED`, and two warnings of torch's exporter about
+    itself: its internal pytree LeafSpec deprecation, and every input sharing the batch and sequence
+    axes, as ours do by design) so an export prints only what the user must read."""
+    drop = _DropNoise()
+    loggers = [logging.getLogger(name) for name in _NOISE_LOGGERS]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+        for logger in loggers:
+            logger.addFilter(drop)
+        try:
+            yield
+        finally:
+            for logger in loggers:
+                logger.removeFilter(drop)
 
 
 def require(module: str):
@@ -110,11 +165,12 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
     kwargs = ({"dynamic_shapes": {name: dims for name in INPUTS}, "optimize": False} if dynamo else
               {"dynamic_axes": {name: dims for name in INPUTS}, "do_constant_folding": False})
     path = Path(path)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
-        raw = Path(tmp) / "raw.onnx"
-        torch.onnx.export(_Exportable(model, outputs).eval(), args, raw, dynamo=dynamo, input_names=list(INPUTS),
-                          output_names=list(outputs), opset_version=opset, external_data=False, verbose=False,
-                          **kwargs)
+    with scratch_beside(path) as tmp:
+        raw = tmp / "raw.onnx"
+        with _quiet():
+            torch.onnx.export(_Exportable(model, outputs).eval(), args, raw, dynamo=dynamo,
+                              input_names=list(INPUTS), output_names=list(outputs), opset_version=opset,
+                              external_data=False, verbose=False, **kwargs)
         graph = onnx.load(raw)
         for node in graph.graph.node:  # debugging annotations (each node's torch call stack): ~10% of
             del node.metadata_props[:]  # albert-mini's file, and nothing a runtime reads
@@ -126,7 +182,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
         if report["ratio"] > SIZE_TOLERANCE:  # checked before `path` is touched: an older file there stays
             raise AlbertlmError(f"ONNX export of {arch}: the file held {report['ratio']:.2f}x the parameter bytes; "
                                 "a shared tensor was duplicated (nothing written)")
-        final = Path(tmp) / "model.onnx"
+        final = tmp / "model.onnx"
         onnx.save(graph, final)
         os.replace(final, path)
     return report
@@ -251,10 +307,11 @@ def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     onnx = require("onnx")
     quantization = require("onnxruntime.quantization")
     dst = Path(dst)
-    with tempfile.TemporaryDirectory(dir=dst.parent, prefix=f".{dst.name}.") as tmp:
-        out = Path(tmp) / "int8.onnx"
-        quantization.quantize_dynamic(Path(src), out, weight_type=quantization.QuantType.QInt8, per_channel=True,
-                                      op_types_to_quantize=["MatMul", "Gather"])
+    with scratch_beside(dst) as tmp:
+        out = tmp / "int8.onnx"
+        with _quiet():
+            quantization.quantize_dynamic(Path(src), out, weight_type=quantization.QuantType.QInt8,
+                                          per_channel=True, op_types_to_quantize=["MatMul", "Gather"])
         graph = onnx.load(out)
         os.replace(out, dst)
     return {"initializer_bytes": initializer_bytes(graph),

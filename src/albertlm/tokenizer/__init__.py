@@ -3,7 +3,8 @@
 - normalize.py: the official text normalisation, one normaliser for single texts and batches;
 - spiece.py: `Tokenizer`, the SentencePiece vocabulary (`spiece.model` + `tokenizer_config.json`);
 - wordpiece.py: `WordPieceTokenizer`, a BERT WordPiece `vocab.txt` (Chinese ALBERT releases);
-- auto.py: `load_vocabulary`, the one place that picks the class from a directory's files;
+- auto.py: `load_vocabulary`, the one place that picks the class from a directory's files, and
+  `load_model_vocabulary`, which also holds a model directory's tokenizer to its config.json;
 - training.py: `train_tokenizer`, from any iterable of sentences;
 - chinese.py: Chinese mode (one piece per CJK character, jieba word starts);
 - base.py: `Vocabulary`, what every kind of vocabulary offers the rest of albertlm.
@@ -11,7 +12,8 @@ The special-token ids (`SpecialIds`, a property of each vocabulary) and the pair
 albertlm.vocab's.
 """
 
-from albertlm.tokenizer.auto import TOKENIZER_FILES, load_vocabulary, vocabulary_fingerprint, vocabulary_kind
+from albertlm.tokenizer.auto import (TOKENIZER_FILES, check_matches_model, load_model_vocabulary, load_vocabulary,
+                                     vocabulary_fingerprint, vocabulary_kind)
 from albertlm.tokenizer.base import Vocabulary
 from albertlm.tokenizer.chinese import looks_chinese, split_cjk
 from albertlm.tokenizer.normalize import preprocess_batch, preprocess_text
@@ -25,5 +27,6 @@ __all__ = ["CLS_ID", "CLS_TOKEN", "CONFIG_FILE", "CONFIG_VERSION", "DEFAULT_INPU
            "MASK_TOKEN", "MODEL_FILE", "PAD_ID", "PAD_TOKEN", "SEP_ID", "SEP_TOKEN", "SPECIAL_TOKENS", "SPIECE_IDS",
            "SpecialIds", "TOKENIZER_FILES", "TrainResult",
            "Tokenizer", "UNK_ID", "UNK_TOKEN", "VOCAB_FILE", "Vocabulary",
-           "WordPieceTokenizer", "load_vocabulary", "looks_chinese", "preprocess_batch", "preprocess_text",
-           "split_cjk", "train_tokenizer", "vocabulary_fingerprint", "vocabulary_kind"]
+           "WordPieceTokenizer", "check_matches_model", "load_model_vocabulary", "load_vocabulary", "looks_chinese",
+           "preprocess_batch", "preprocess_text", "split_cjk", "train_tokenizer", "vocabulary_fingerprint",
+           "vocabulary_kind"]

@@ -4,6 +4,9 @@
 - `vocab.txt` → the WordPiece `WordPieceTokenizer` (wordpiece.py);
 - both → tokenizer_config.json must say which: its `tokenizer_class` (AlbertTokenizer* or
   BertTokenizer*) or our `albertlm.vocabulary` field ("sentencepiece" / "wordpiece").
+
+A model directory's tokenizer is loaded with `load_model_vocabulary`, which also holds it to the
+model: its size must be config.json's vocab_size (`check_matches_model`).
 """
 
 from __future__ import annotations
@@ -70,6 +73,46 @@ def load_vocabulary(path: str | os.PathLike, **kwargs) -> Vocabulary:
     if kind == "wordpiece":
         kwargs.pop("num_threads", None)  # tokenizers chooses its own threads
     return KINDS[kind][1].load(path, **kwargs)
+
+
+def load_model_vocabulary(model_dir: str | os.PathLike, **kwargs) -> Vocabulary:
+    """The tokenizer of a model directory, checked against the model's config.json (`check_matches_model`).
+
+    Raises:
+        AlbertlmError: see `load_vocabulary`, `AlbertConfig.from_json_file` and `check_matches_model`.
+    """
+    from albertlm.config import AlbertConfig
+
+    vocabulary = load_vocabulary(model_dir, **kwargs)
+    config_file = Path(model_dir) / "config.json"
+    return check_matches_model(vocabulary, AlbertConfig.from_json_file(config_file).vocab_size,
+                               Path(model_dir) / vocabulary_file(vocabulary), config_file)
+
+
+def check_matches_model(vocabulary: Vocabulary, vocab_size: int, vocab_file: str | os.PathLike,
+                        config_file: str | os.PathLike) -> Vocabulary:
+    """Refuse a vocabulary whose size is not the model's vocab_size; returns it unchanged.
+
+    A shorter vocabulary cannot produce the model's last ids (characters it lacks become [UNK]); a
+    longer one produces ids the model has no row for. Either is another model's vocabulary.
+
+    Args:
+        vocabulary: the loaded tokenizer.
+        vocab_size: the model's rows (config.json's vocab_size).
+        vocab_file, config_file: the two files, for the message.
+    Raises:
+        AlbertlmError: naming both files and both sizes.
+    """
+    if vocabulary.vocab_size != vocab_size:
+        unit = "lines" if isinstance(vocabulary, WordPieceTokenizer) else "pieces"
+        raise AlbertlmError(f"{vocab_file}: {vocabulary.vocab_size} {unit}, but {config_file} has vocab_size "
+                            f"{vocab_size}; the vocabulary must be the one the model was trained with")
+    return vocabulary
+
+
+def vocabulary_file(vocabulary: Vocabulary) -> str:
+    """The file name a loaded vocabulary lives in (spiece.model or vocab.txt)."""
+    return next(name for name, cls in KINDS.values() if isinstance(vocabulary, cls))
 
 
 def vocabulary_fingerprint(path: str | os.PathLike) -> dict:

@@ -34,7 +34,9 @@ def read_config(config_file: Path) -> tuple[dict, dict]:
     """
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise AlbertlmError(f"{config_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except ValueError as exc:
         raise AlbertlmError(f"{config_file}: not valid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise AlbertlmError(f"{config_file}: expected a JSON object")
@@ -164,16 +166,19 @@ class PieceVocabulary:
     @staticmethod
     def _write(out_dir: str | os.PathLike, vocabulary_file: str, data: bytes, config: dict) -> Path:
         """`save`'s writing: the vocabulary file and tokenizer_config.json, each atomically, into
-        `out_dir`; one line naming the directory when it cannot be written."""
+        `out_dir`. An OSError names the file being written (a failed write names none of its own)."""
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
             raise AlbertlmError(f"{out}: exists and is not a directory")
-        try:
-            atomic_write_bytes(out / vocabulary_file, data)
-            atomic_write_text(out / CONFIG_FILE,
-                              json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        except OSError as exc:
-            raise AlbertlmError(f"{out}: cannot write the tokenizer ({exc.strerror or exc})") from None
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+        for path, write in ((out / vocabulary_file, lambda p: atomic_write_bytes(p, data)),
+                            (out / CONFIG_FILE, lambda p: atomic_write_text(p, text))):
+            try:
+                write(path)
+            except OSError as exc:
+                if exc.errno is None:
+                    raise
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
         return out
 
     def _checked_ids(self, ids: Iterable[int]) -> list[int]:

@@ -40,23 +40,51 @@ CHINESE_SHARE = 0.3
 """Without a recorded choice, Chinese mode is on when more than this share of the entries (special
 and reserved ones aside) are CJK ideographs (Google's Chinese vocab.txt: about two thirds; the
 English ones: a few percent)."""
+BOM = "\ufeff"
+"""The byte-order mark some editors put at the start of a UTF-8 file."""
 _RESERVED_RE = re.compile(r"^(\[[^\[\]\s]+\]|<[^<>\s]+>)$")
 
 
 def read_vocab_file(path: Path) -> list[str]:
-    """The entries of a vocab.txt, one per line, id = line number (BERT's `load_vocab`)."""
+    """The entries of a vocab.txt, one per line, id = line number (BERT's `load_vocab`).
+
+    A file that starts with a UTF-8 byte-order mark is refused rather than read past: transformers'
+    BertTokenizer keeps the mark as part of the first entry ("\\ufeff[PAD]"), then adds a [PAD] of
+    its own beyond the model's rows, so the same file would mean two vocabularies.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise AlbertlmError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise AlbertlmError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if text.startswith(BOM):
+        raise AlbertlmError(f"{path}: starts with a UTF-8 byte-order mark, which transformers' BertTokenizer "
+                            "reads as part of the first entry; remove those 3 bytes (EF BB BF) and load it again")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last entry
     if not lines:
         raise AlbertlmError(f"{path}: an empty vocabulary")
     return lines
+
+
+def _entry_ids(pieces: Sequence[str], specials: set[str], source: str) -> dict[str, int]:
+    """{entry: id}; a repeated entry maps to its last line, as BERT's load_vocab does, except a
+    special token, which is refused naming both lines.
+
+    A repeated ordinary piece only leaves its earlier line's id unused, in transformers as here, so
+    ids stay those the model was trained with. A repeated special token ("[CLS]" on line 20 too)
+    would silently move its id to the later line: the vocabulary was edited after training, or is
+    another model's.
+    """
+    ids: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        if piece in specials and piece in ids:
+            raise AlbertlmError(f"{source}: lines {ids[piece] + 1} and {i + 1} both hold {piece!r}; a special "
+                                "token must appear once (its line number is its id)")
+        ids[piece] = i
+    return ids
 
 
 class WordPieceTokenizer(PieceVocabulary):
@@ -83,8 +111,7 @@ class WordPieceTokenizer(PieceVocabulary):
         self.tokenize_chinese_chars, self.parse_special_tokens = tokenize_chinese_chars, parse_special_tokens
         self.special_names = {**SPECIAL_NAMES, **(special_names or {})}
         self.source = source
-        # id of each entry; a repeated entry maps to its last line, as BERT's load_vocab does
-        self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+        self._ids = _entry_ids(self._pieces, set(self.special_names.values()), source)
         missing = [name for name in self.special_names.values() if name not in self._ids]
         if missing:
             raise AlbertlmError(f"{source}: no {', '.join(missing)} entry (a BERT vocab.txt lists "

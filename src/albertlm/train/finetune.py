@@ -149,9 +149,9 @@ class FinetuneRecipe:
 def load_tokenizer(model_dir: str | Path):
     """The tokenizer of a model directory: SentencePiece (spiece.model) or WordPiece (vocab.txt),
     with its tokenizer_config.json (tokenizer/auto.py)."""
-    from albertlm.tokenizer import load_vocabulary
+    from albertlm.tokenizer import load_model_vocabulary
 
-    return load_vocabulary(model_dir)
+    return load_model_vocabulary(model_dir)  # its size must be config.json's vocab_size
 
 
 def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, recipe: FinetuneRecipe,
