@@ -301,12 +301,14 @@ def baseline_scores(task: str | TaskSpec, data_dir: str | Path) -> dict:
 # ---------------------------------------------------------------------------- the report
 def markdown(result: dict) -> str:
     """The results as a markdown table, one row per task and baseline, then the skipped tasks."""
-    lines = ["| task | train / dev | metric | baseline | dev score | fit s |", "|---|---|---|---|---|---|"]
+    lines = ["| task | train / dev | metric | baseline | dev score | also | fit s |", "|---|---|---|---|---|---|---|"]
     for t in result["tasks"]:
         for name, b in t["baselines"].items():
             score = "— (constant)" if b["value"] is None else f"{b['value']:.2f}"
+            also = ", ".join(f"{k} {v:.2f}" for k, v in b["metrics"].items()
+                             if k != t["metric"] and k not in COUNTS and not k.startswith("f1_"))
             lines.append(f"| {t['task']} | {t['train_examples']:,} / {t['dev_examples']:,} | {t['metric']} | "
-                         f"{name} | {score} | {b['fit_s']:.2f} |")
+                         f"{name} | {score} | {also} | {b['fit_s']:.2f} |")
     if result["skipped"]:
         lines.append("")
     lines += [f"- skipped {s['task']}: {s['reason']}" for s in result["skipped"]]

@@ -159,8 +159,8 @@ def test_main_writes_json_and_markdown(bench, tmp_path, capsys):
     out = tmp_path / "baselines.json"
     assert bench.main(["--data", str(data), "--out", str(out), "--markdown"]) == 0
     table = capsys.readouterr().out
-    assert table.startswith("| task | train / dev | metric | baseline | dev score | fit s |")
-    assert "| sts-b | 200 / 60 | pearson | mean | — (constant) |" in table and "\n- skipped qnli: " in table
+    assert table.startswith("| task | train / dev | metric | baseline | dev score | also | fit s |")
+    assert "| sts-b | 200 / 60 | pearson | mean | — (constant) |  |" in table and "| spearman " in table and "\n- skipped qnli: " in table
 
     def no_nan(name):
         raise AssertionError(f"{name} in the JSON")
