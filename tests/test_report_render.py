@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from albertlm.analysis.report_md import _blocks, objectives_observed, render
-from albertlm.analysis.results import from_json, to_json
+from albertlm.analysis.results import PeakRss, from_json, to_json
 from albertlm.cli import main
 from albertlm.errors import AlbertlmError
 
@@ -247,3 +247,16 @@ def test_a_number_json_cannot_hold_is_one_line(tmp_path):
     with pytest.raises(AlbertlmError, match="results.json: cannot read results: Exceeds the limit"):
         from_json(path)
 
+
+def test_inference_memory_measured_in_part_renders_blank():
+    """peak_kib without rss_built_kib (each may be missing from /proc): not measured, as when both are."""
+    report = from_json(FIXTURES / "full" / "results.json")
+    first = report.speed.inference[0]
+    part = dataclasses.replace(first, rss=PeakRss(rss_built_kib=None, peak_kib=301348, peak_reset=True))
+    none = dataclasses.replace(first, rss=None)
+
+    def row(x):
+        speed = dataclasses.replace(report.speed, inference=[x, *report.speed.inference[1:]])
+        text = render(dataclasses.replace(report, speed=speed))
+        return next(line for line in text.splitlines() if line.startswith(f"| {first.name} |"))
+    assert row(part) == row(none)
