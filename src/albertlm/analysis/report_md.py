@@ -148,7 +148,8 @@ def _inference_rows(sp: SpeedResults) -> list[list[str]]:
             if x is None:
                 continue
             other = d.get("twin" if key == "albert" else "albert")
-            peak = (x.rss.peak_kib - x.rss.rss_built_kib) * 1024 if x.rss and x.rss.peak_kib else None
+            measured = x.rss and x.rss.peak_kib and x.rss.rss_built_kib is not None
+            peak = (x.rss.peak_kib - x.rss.rss_built_kib) * 1024 if measured else None
             rows.append([x.name, _m(x.parameters), f"{1000 * x.seconds:.1f}",
                          f"{x.seconds / other.seconds:.2f}" if other else "",
                          f"{x.flops_per_token / 1e9:.2f}", _mb(x.parameter_bytes), _mb(peak),

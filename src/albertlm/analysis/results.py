@@ -5,7 +5,10 @@ Each section's producer returns its record (params.accounting -> AccountingRow, 
 report.run_report assembles the Report; report_md.render reads only these attributes. results.json
 is `to_json(report)`: every record's fields under their own names, in field order, so the file's
 keys are the field names below. `from_json` reads it back and names the file and the field that
-is missing or of the wrong type.
+is missing, of the wrong type or out of its range: the type hints say what each field holds
+(analysis/checked_json.py: `Fraction` is a finite number in [0, 1], `Count` an integer >= 0, ...),
+`check` methods what must agree between fields, and `SETTINGS_HINTS` what the report needs of the
+settings beyond their own checks.
 
 Mappings keyed by data (run names, variant names, objectives, timing labels) stay dicts; records
 of a fixed shape are dataclasses. A run's recipe stays the dict that recipe.json holds (its shape
@@ -16,18 +19,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from albertlm.analysis.checked_json import (NONEMPTY, Count, Fraction, Invalid, Keys, NonNegative, Positive, Reader,
+                                            Size)
 from albertlm.analysis.settings import ReportSettings, SpeedSettings, StudySettings, Variant
+from albertlm.config import SHARING_STRATEGIES
+from albertlm.data.build import BuildSettings
+from albertlm.data.instances import OBJECTIVES
 from albertlm.errors import AlbertlmError
+from albertlm.train.pretrain_recipe import BUILD_FIELDS, PretrainRecipe
 
 OMIT_NONE = {"omit_none": True}
 """Field metadata: the key is left out of results.json while the value is None (as the dicts did)."""
+Sharing = Literal[SHARING_STRATEGIES]  # type: ignore[valid-type]
+"""One of config.SHARING_STRATEGIES."""
 
 
 # ---------------------------------------------------------------------------- section 1: parameters
@@ -35,32 +45,32 @@ OMIT_NONE = {"omit_none": True}
 class AccountingRow:
     """One preset or ablation row of the parameter, FLOP and communication accounting."""
 
-    table: str
+    table: Literal["1", "3", "4"]
     """The paper's table: "1" (and the presets), "3" or "4"."""
     name: str
-    layers: int
-    hidden: int
-    embedding: int
-    sharing: str
-    backbone: int
+    layers: Size
+    hidden: Size
+    embedding: Size
+    sharing: Sharing
+    backbone: Size
     """Distinct parameters of AlbertModel (what the paper counts)."""
-    with_heads: int
+    with_heads: Size
     """backbone + the MLM and SOP heads."""
-    breakdown: dict[str, int]
+    breakdown: dict[str, Count]
     """ParamCount's parts, plus attention and ffn totals."""
-    paper_M: float | None
+    paper_M: Positive | None
     """The paper's printed figure in millions, or None."""
     diff_M: float | None
     """backbone / 1e6 - paper_M, rounded to 3 decimals."""
     within_tolerance: bool | None
     note: str | None
-    seq_len: int
-    train_flops_per_token: float
-    infer_flops_per_token: float
-    batch_tokens: int
-    train_flops_per_step: float
-    allreduce_bytes_fp32: int
-    allreduce_bytes_bf16: int
+    seq_len: Size
+    train_flops_per_token: Positive
+    infer_flops_per_token: Positive
+    batch_tokens: Size
+    train_flops_per_step: Positive
+    allreduce_bytes_fp32: Size
+    allreduce_bytes_bf16: Size
 
 
 # ---------------------------------------------------------------------------- section 2: speed
@@ -69,19 +79,19 @@ class TrainingSpeed:
     """One preset's forward + backward pretraining step."""
 
     name: str
-    seconds: float
+    seconds: Positive
     """Median seconds per step."""
-    times: list[float]
-    tokens_per_s: float
-    activation_bytes: int
+    times: Annotated[list[Positive], NONEMPTY]
+    tokens_per_s: Positive
+    activation_bytes: Count
     """Bytes autograd saved for the backward pass (weights excluded)."""
-    parameters: int
+    parameters: Size
     """Distinct parameters with the pretraining heads."""
-    flops_per_token: float
-    paper_speedup: float | None
-    speedup: float
+    flops_per_token: Positive
+    paper_speedup: Positive | None
+    speedup: Positive
     """Throughput over the reference preset's."""
-    flops_speedup: float
+    flops_speedup: Positive
     """The reference's training FLOPs per token over this preset's."""
 
 
@@ -89,9 +99,14 @@ class TrainingSpeed:
 class PeakRss:
     """Resident memory of one inference forward pass in a fresh process (KiB)."""
 
-    rss_built_kib: int | None
-    peak_kib: int | None
+    rss_built_kib: Count | None
+    peak_kib: Count | None
+    """The high-water mark after the forward pass: at least rss_built_kib."""
     peak_reset: bool
+
+    def check(self) -> None:
+        if self.peak_kib is not None and self.rss_built_kib is not None and self.peak_kib < self.rss_built_kib:
+            raise Invalid("peak_kib", f"at least rss_built_kib ({self.rss_built_kib})", self.peak_kib)
 
 
 @dataclass(frozen=True)
@@ -102,11 +117,11 @@ class InferenceSpeed:
     pair: str
     """The ALBERT preset this row belongs to."""
     twin: bool
-    seconds: float
-    times: list[float]
-    parameters: int
-    parameter_bytes: int
-    flops_per_token: float
+    seconds: Positive
+    times: Annotated[list[Positive], NONEMPTY]
+    parameters: Size
+    parameter_bytes: Size
+    flops_per_token: Positive
     rss: PeakRss | None
 
 
@@ -124,51 +139,57 @@ class StudyPlan:
     """How the study's time became one step count for every run."""
 
     per_run_seconds: float
+    """Negative, like pretrain, finetune and seconds_left_after_setup, when setup outran the budget."""
     pretrain_seconds: float
     finetune_seconds: float
-    step_seconds: float
-    overhead_seconds: float
-    steps: int
+    step_seconds: Positive
+    overhead_seconds: NonNegative
+    steps: Size
     steps_from: str
-    seconds_available: float
+    seconds_available: NonNegative
     seconds_left_after_setup: float
-    reserve_seconds: float
-    curriculum_steps: int
-    runs: int
+    reserve_seconds: NonNegative
+    curriculum_steps: Count
+    runs: Size
+
+    def check(self) -> None:
+        if self.curriculum_steps > self.steps:
+            raise Invalid("curriculum_steps", f"at most steps ({self.steps})", self.curriculum_steps)
 
 
 @dataclass(frozen=True)
 class HeldoutScores:
     """train.mlm_eval.evaluate's scores on one held-out set (accuracies are fractions)."""
 
-    mlm_mask_accuracy: float
-    mlm_kept_accuracy: float
-    mlm_random_accuracy: float
-    mlm_mask_loss: float
-    mlm_all_accuracy: float
-    mlm_all_loss: float
-    mask_share: float
-    kept_share: float
-    random_share: float
-    baseline_unigram_accuracy: float
-    baseline_bigram_accuracy: float
-    mask_distinct_predictions: int
-    sop_accuracy: float
-    baseline_sop_accuracy: float
-    examples: float
-    masked_tokens: float
-    mask_positions: float
+    mlm_mask_accuracy: Fraction
+    mlm_kept_accuracy: Fraction
+    mlm_random_accuracy: Fraction
+    mlm_mask_loss: NonNegative
+    mlm_all_accuracy: Fraction
+    mlm_all_loss: NonNegative
+    mask_share: Fraction
+    kept_share: Fraction
+    random_share: Fraction
+    baseline_unigram_accuracy: Fraction
+    baseline_bigram_accuracy: Fraction
+    mask_distinct_predictions: Count
+    sop_accuracy: Fraction
+    baseline_sop_accuracy: Fraction
+    examples: NonNegative
+    """Counts, as the float sums they are reduced from."""
+    masked_tokens: NonNegative
+    mask_positions: NonNegative
 
 
 @dataclass(frozen=True)
 class PretrainSummary:
     """train.pretrain.pretrain's summary of one finished run."""
 
-    steps: int
-    tokens_seen: int
-    train_seconds: float
-    tokens_per_s: float
-    parameters: int
+    steps: Size
+    tokens_seen: Count
+    train_seconds: NonNegative
+    tokens_per_s: NonNegative
+    parameters: Size
     eval: HeldoutScores
     run_dir: str
     model_dir: str
@@ -178,10 +199,10 @@ class PretrainSummary:
 class Downstream:
     """SST-2 fine-tuning of one pretrained run."""
 
-    accuracy: float | None
-    steps: int
-    dev_examples: int
-    seconds: float
+    accuracy: Fraction | None
+    steps: Size
+    dev_examples: Count
+    seconds: NonNegative
 
 
 @dataclass(frozen=True)
@@ -191,12 +212,21 @@ class StudyRun:
     variant: Variant
     seed: int
     recipe: dict[str, Any]
-    """The run's PretrainRecipe as recipe.json holds it."""
+    """The run's PretrainRecipe as recipe.json holds it (its build settings nested, or beside the rest
+    as recipes were written before they were grouped)."""
     summary: PretrainSummary
-    seconds: float
-    backbone: int
-    with_heads: int
+    seconds: NonNegative
+    backbone: Size
+    with_heads: Size
     downstream: Downstream | None = field(default=None, metadata=OMIT_NONE)
+
+    def check(self) -> None:
+        """The recipe is one PretrainRecipe accepts (the report prints it as a command line)."""
+        flat = "build" not in self.recipe
+        build = {k: v for k, v in self.recipe.items() if k in BUILD_FIELDS} if flat else self.recipe["build"]
+        rest = {k: v for k, v in self.recipe.items() if k != "build" and not (flat and k in BUILD_FIELDS)}
+        built = READER.parse(BuildSettings, build, "recipe" if flat else "recipe.build")
+        _RECIPE_READER.parse(PretrainRecipe, {**rest, "build": built}, "recipe")
 
 
 @dataclass(frozen=True)
@@ -204,19 +234,27 @@ class VariantSummary:
     """One variant over its seeds: every seed's value, the mean and the spread (max - min)."""
 
     variant: Variant
-    backbone: int
-    with_heads: int
+    backbone: Size
+    with_heads: Size
     runs: list[str]
-    seeds: list[int]
-    mask_accuracy: list[float]
-    mask_loss: list[float]
-    downstream: list[float]
-    mask_accuracy_mean: float | None
-    mask_accuracy_spread: float | None
-    mask_loss_mean: float | None
-    mask_loss_spread: float | None
-    downstream_mean: float | None
-    downstream_spread: float | None
+    seeds: Annotated[list[int], NONEMPTY]
+    mask_accuracy: list[Fraction]
+    """One value per seed, like runs and mask_loss (and downstream, or none)."""
+    mask_loss: list[NonNegative]
+    downstream: list[Fraction]
+    mask_accuracy_mean: Fraction
+    mask_accuracy_spread: Fraction
+    mask_loss_mean: NonNegative
+    mask_loss_spread: NonNegative
+    downstream_mean: Fraction | None
+    """None (like downstream_spread) when no run was fine-tuned."""
+    downstream_spread: Fraction | None
+
+    def check(self) -> None:
+        for name in ("runs", "mask_accuracy", "mask_loss", *(["downstream"] if self.downstream else [])):
+            _per_seed(name, getattr(self, name), self.seeds)
+        for name in ("mask_accuracy", "mask_loss", "downstream"):
+            _summarises(self, name, getattr(self, name), name)
 
 
 @dataclass(frozen=True)
@@ -225,10 +263,10 @@ class Table5Seed:
 
     run: str
     seed: int
-    mlm_accuracy: float
-    nsp_accuracy: float
-    sop_accuracy: float
-    scores: dict[str, HeldoutScores]
+    mlm_accuracy: Fraction
+    nsp_accuracy: Fraction
+    sop_accuracy: Fraction
+    scores: Annotated[dict[str, HeldoutScores], Keys(*OBJECTIVES)]
     """Build ("none", "nsp", "sop") -> its scores."""
 
 
@@ -237,14 +275,19 @@ class Table5Row:
     """One objective's models: per seed and the means over seeds."""
 
     variant: str
-    per_seed: list[Table5Seed]
-    mlm_accuracy: float
-    nsp_accuracy: float
-    sop_accuracy: float
-    pairs: dict[str, int]
+    per_seed: Annotated[list[Table5Seed], NONEMPTY]
+    """One model per seed of the study."""
+    mlm_accuracy: Fraction
+    nsp_accuracy: Fraction
+    sop_accuracy: Fraction
+    pairs: Annotated[dict[str, Count], Keys("nsp", "sop")]
     """Held-out pairs of the nsp and sop builds."""
-    baseline: dict[str, float]
+    baseline: Annotated[dict[str, Fraction], Keys("nsp", "sop")]
     """Majority-label accuracy of the nsp and sop builds."""
+
+    def check(self) -> None:
+        for name in ("mlm_accuracy", "nsp_accuracy", "sop_accuracy"):
+            _summarises(self, name, [getattr(s, name) for s in self.per_seed], f"per_seed's {name}", spread=False)
 
 
 @dataclass(frozen=True)
@@ -252,37 +295,70 @@ class SmoothnessCurve:
     """analysis.smoothness.smoothness's curves of one model, per layer."""
 
     run: str
-    layers: int
-    tokens: int
-    distance: list[float]
-    angle: list[float]
+    layers: Size
+    tokens: Count
+    distance: list[NonNegative]
+    """One value per layer, like angle (degrees) and cosine."""
+    angle: list[NonNegative]
     cosine: list[float]
+
+    def check(self) -> None:
+        for name in ("distance", "angle", "cosine"):
+            if len(getattr(self, name)) != self.layers:
+                raise Invalid(name, f"one value per layer ({self.layers})", getattr(self, name))
 
 
 @dataclass(frozen=True)
 class BuildSummary:
     """A data build's meta.json counts; splits maps a split name to its counters."""
 
-    documents: int
-    text_tokens: int
-    splits: dict[str, dict[str, int]]
+    documents: Count
+    text_tokens: Count
+    splits: Annotated[dict[str, Annotated[dict[str, Count], Keys("tokens")]], Keys("train")]
 
 
 @dataclass(frozen=True)
 class StudyResults:
     settings: StudySettings
-    hidden: int
-    layers: int
+    hidden: Size
+    layers: Size
     plan: StudyPlan
     seeds: list[int]
-    runs: dict[str, StudyRun]
-    variants: dict[str, VariantSummary]
-    table5: dict[str, Table5Row]
+    """settings.seeds of them: every variant's and every Table 5 row's."""
+    runs: Annotated[dict[str, StudyRun], NONEMPTY]
+    variants: Annotated[dict[str, VariantSummary], NONEMPTY]
+    """Variant name -> its runs over the seeds."""
+    table5: Annotated[dict[str, Table5Row], Keys(*OBJECTIVES)]
     """Objective ("none", "nsp", "sop") -> its row."""
-    smoothness: dict[str, SmoothnessCurve]
+    smoothness: Annotated[dict[str, SmoothnessCurve], NONEMPTY]
     """Curve label -> curve."""
-    base_embedding: int
-    builds: dict[str, BuildSummary]
+    base_embedding: Size
+    builds: Annotated[dict[str, BuildSummary], Keys("sop")]
+
+    def check(self) -> None:
+        if self.plan.curriculum_steps and self.settings.curriculum_seq_length is None:
+            raise Invalid("plan.curriculum_steps", "0 when settings.curriculum_seq_length is null",
+                          self.plan.curriculum_steps)
+        if len(self.seeds) != self.settings.seeds:
+            raise Invalid("seeds", f"{self.settings.seeds} seeds (settings.seeds)", self.seeds)
+        for name, v in self.variants.items():
+            if v.variant.name != name:
+                raise Invalid(f"variants[{name!r}].variant.name", repr(name), v.variant.name)
+            if v.seeds != self.seeds:
+                raise Invalid(f"variants[{name!r}].seeds", f"the study's seeds {self.seeds}", v.seeds)
+            missing = [r for r in v.runs if r not in self.runs]
+            if missing:
+                raise Invalid(f"variants[{name!r}].runs", "names of runs", missing)
+        for name, run in self.runs.items():
+            if run.variant.name not in self.variants:
+                raise Invalid(f"runs[{name!r}].variant.name", "one of the variants", run.variant.name)
+        for objective, row in self.table5.items():
+            if row.variant not in self.variants:
+                raise Invalid(f"table5[{objective!r}].variant", "one of the variants", row.variant)
+            seeds = [s.seed for s in row.per_seed]
+            if seeds != self.seeds:
+                raise Invalid(f"table5[{objective!r}].per_seed", f"one model per seed {self.seeds}", seeds,
+                              f"the seeds {seeds}")
 
     @property
     def embedding_sizes(self) -> list[int]:
@@ -310,20 +386,20 @@ class Environment:
     transformers: str | None
     platform: str
     cpu_model: str
-    cpu_count: int | None
-    cpus_usable: int | None
-    torch_threads: int
-    memory_bytes: int | None
-    load_average: list[float] | None
+    cpu_count: Size | None
+    cpus_usable: Size | None
+    torch_threads: Size
+    memory_bytes: Count | None
+    load_average: list[NonNegative] | None
     cuda: bool
-    load_average_end: list[float] | None
+    load_average_end: list[NonNegative] | None
 
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    chosen: int
+    chosen: Size
     how: str
-    seconds: dict[str, float]
+    seconds: dict[str, Positive]
     """Thread count -> seconds per step, when timed."""
 
 
@@ -347,7 +423,7 @@ class Report:
     command: str
     environment: Environment
     threads: ThreadChoice
-    timings: dict[str, float]
+    timings: Annotated[dict[str, NonNegative], Keys("total")]
     """Section -> wall seconds, and "total"."""
     params: list[AccountingRow]
     xxlarge_note: str
@@ -377,17 +453,37 @@ def to_json(report: Report) -> str:
     return json.dumps(to_plain(report), indent=2, default=str)
 
 
+SETTINGS_HINTS: dict[type, dict[str, Any]] = {
+    ReportSettings: {"budget_minutes": Positive, "threads": Size | None, "steps": Size | None,
+                     "seeds": Size | None},
+    StudySettings: {**dict.fromkeys(("vocab_size", "max_seq_length", "batch_size", "seeds", "eval_examples",
+                                     "min_steps", "calibration_steps", "workers"), Size),
+                    "curriculum_seq_length": Size | None, "steps": Size | None, "lr": Positive,
+                    **dict.fromkeys(("curriculum_fraction", "warmup_fraction", "heldout_fraction"), Fraction),
+                    "embedding_sizes": Annotated[tuple[Count, ...], NONEMPTY]},
+    SpeedSettings: {**dict.fromkeys(("batch_size", "seq_len", "repeats", "inference_batch_size",
+                                     "inference_seq_len", "inference_repeats"), Size), "threads": Size | None},
+    Variant: {"embedding_size": Size, "sharing": Sharing, "objective": Literal[OBJECTIVES]},  # type: ignore[valid-type]
+}
+"""What the report needs of the settings' fields beyond their own checks; in a Report,
+settings.budget_minutes is the budget the report ran with, never None."""
+READER = Reader(SETTINGS_HINTS)
+_RECIPE_READER = Reader({**SETTINGS_HINTS, PretrainRecipe: {"build": Any}})
+"""READER, but taking a recipe's build as the BuildSettings already read (StudyRun.check)."""
+parse = READER.parse
+
+
 def from_json(path: str | os.PathLike) -> Report:
     """Read a results.json back into a Report.
 
     Raises:
         AlbertlmError: naming the file and the field (as a path such as study.runs['x'].seed) that
-        is missing, unknown or of the wrong type.
+        is missing, unknown, of the wrong type or out of its range, or entries that disagree.
     """
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, huge ints
         raise AlbertlmError(f"{path}: cannot read results: {e}") from None
     try:
         return parse(Report, data)
@@ -395,75 +491,20 @@ def from_json(path: str | os.PathLike) -> Report:
         raise AlbertlmError(f"{path}: {e}") from None
 
 
-def parse(tp: Any, value: Any, where: str = "") -> Any:
-    """`value` (as json.loads gives it) checked against the type `tp` and built into it.
-
-    Dataclasses are built field by field (a missing field takes its default if it has one; an
-    unknown key is an error), lists, tuples and dicts element by element. Numbers are not
-    converted (an int stays an int in a float field), so writing the result back gives the same JSON.
-    """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        rest = [a for a in args if a is not type(None)]
-        return parse(rest[0], value, where)
-    if origin is typing.Literal:
-        if value not in args:
-            _wrong(where, " or ".join(map(repr, args)), value)
-        return value
-    if dataclasses.is_dataclass(tp):
-        return _parse_record(tp, value, where)
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            _wrong(where, "a list", value)
-        items = [parse(args[0], x, f"{where}[{i}]") for i, x in enumerate(value)]
-        return items if origin is list else tuple(items)
-    if origin is dict:
-        if not isinstance(value, dict):
-            _wrong(where, "an object", value)
-        return {k: parse(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
-    return _parse_scalar(tp, value, where)
+def _per_seed(name: str, values: list[Any], seeds: list[int]) -> None:
+    if len(values) != len(seeds):
+        raise Invalid(name, f"one value per seed ({len(seeds)}: {seeds})", values)
 
 
-def _parse_scalar(tp: type, value: Any, where: str) -> Any:
-    ok = {float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str)}
-    if tp not in ok:
-        raise TypeError(f"parse: unsupported type {tp!r} at {where}")
-    if not ok[tp](value):
-        _wrong(where, {float: "a number", int: "an integer", bool: "true or false", str: "a string"}[tp], value)
-    return value
-
-
-def _parse_record(cls: type, value: Any, where: str) -> Any:
-    if not isinstance(value, dict):
-        _wrong(where or cls.__name__, f"an object ({cls.__name__})", value)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = [k for k in value if k not in fields]
-    if unknown:
-        raise AlbertlmError(f"{_at(where, unknown[0])}: unknown field in {cls.__name__}")
-    kwargs = {}
-    for name, f in fields.items():
-        if name in value:
-            kwargs[name] = parse(hints[name], value[name], _at(where, name))
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise AlbertlmError(f"{_at(where, name)}: missing field of {cls.__name__}")
-    try:
-        return cls(**kwargs)
-    except AlbertlmError as e:  # a settings class's own check
-        raise AlbertlmError(f"{where or cls.__name__}: {e}") from None
-
-
-def _at(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-def _wrong(where: str, expected: str, value: Any) -> None:
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise AlbertlmError(f"{where or 'results'}: expected {expected}, got {shown}")
+def _summarises(record: Any, name: str, values: list[float], of: str, spread: bool = True) -> None:
+    """record.<name>_mean (record.<name> without `spread`) is the mean of `values` (named `of`), and
+    record.<name>_spread their max minus min."""
+    expected = {f"{name}_mean" if spread else name: sum(values) / len(values) if values else None}
+    if spread:
+        expected[f"{name}_spread"] = max(values) - min(values) if values else None
+    for key, want in expected.items():
+        got = getattr(record, key)
+        if (got is None) != (want is None) or (want is not None and not math.isclose(got, want, rel_tol=1e-9,
+                                                                                       abs_tol=1e-12)):
+            what = "the mean" if key.endswith("_mean") or not spread else "the max minus the min"
+            raise Invalid(key, f"{what} of {of}" + ("" if want is None else f" ({want:.6g})"), got)
