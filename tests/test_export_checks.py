@@ -97,3 +97,15 @@ def test_the_current_exporter_prints_only_its_result(tagger, tmp_path):
     done = _export_stderr(tagger, tmp_path / "ner8.onnx")
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and "int8 MatMuls" in done.stdout
+
+
+def test_a_directory_claiming_a_head_its_weights_lack_is_not_exported(tmp_path, capsys):
+    from albertlm.model import AlbertForPreTraining
+
+    model = tmp_path / "pretrained"
+    AlbertForPreTraining(get_preset("test")).save_pretrained(model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["AlbertForSequenceClassification"]}))
+    err = _one_line(capsys, "--format", "onnx", model, tmp_path / "m.onnx", "--exporter", "legacy")
+    assert "no classifier.weight" in err and "its head would be random" in err
+    assert not (tmp_path / "m.onnx").exists()

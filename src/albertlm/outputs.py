@@ -39,9 +39,6 @@ FINETUNE_FILES = MODEL_FILES + ("recipe.json", "results.json", "metrics.jsonl", 
                                 "teacher_logits*")
 """What finetune and distill write into --out."""
 
-TOKENIZER_FILES = ("spiece.model", "vocab.txt", "tokenizer_config.json")
-"""What `albertlm tokenizer train` writes into --out."""
-
 
 def _foreign(path: Path, allowed: tuple[str, ...]) -> list[str]:
     """Names in `path` that match none of the `allowed` patterns (the marker, lock and our temporaries excepted)."""

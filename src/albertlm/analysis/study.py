@@ -367,11 +367,11 @@ def _figure1(settings: StudySettings, root: Path, shared: dict[str, Path], base:
         curves[label + UNTRAINED] = SmoothnessCurve(run=f"{name} at initialisation",
                                                     **smoothness(AlbertModel(trained.config), batches))
     if hf_checkpoint:
-        from albertlm.tokenizer import load_vocabulary
+        from albertlm.tokenizer import load_model_vocabulary, load_vocabulary
 
         model = AlbertModel.from_pretrained(hf_checkpoint)
         source = load_vocabulary(shared["sop"] / "tokenizer")
-        target = load_vocabulary(hf_checkpoint)
+        target = load_model_vocabulary(hf_checkpoint)  # checked against the checkpoint's vocab_size
         hf_batches = reencode_batches(batches, source, target, min(128, model.config.max_position_embeddings))
         curves[f"{Path(hf_checkpoint).name} (--hf-checkpoint)"] = SmoothnessCurve(run=str(hf_checkpoint),
                                                                                    **smoothness(model, hf_batches))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
@@ -21,25 +20,6 @@ def export_args(p: argparse.ArgumentParser) -> None:
                    "(default: dynamo)")
 
 
-def _architecture(model_dir: str | Path) -> str:
-    """The class config.json's `architectures` names, refusing a field that is not a list of names.
-
-    read_architecture takes the first entry of whatever the field holds, so a string gives its first
-    letter ("holds an A") and a list of objects a TypeError. The same check belongs in
-    AlbertConfig.from_dict, for every command that reads the field; until it is there, it lives here.
-    """
-    from albertlm.train.inference import read_architecture
-
-    arch, _ = read_architecture(model_dir)  # config.json read and checked: exists, UTF-8, a JSON object
-    path = Path(model_dir) / "config.json"
-    value = json.loads(path.read_text(encoding="utf-8")).get("architectures")
-    if value not in (None, []) and not (isinstance(value, list) and all(isinstance(a, str) and a for a in value)):
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-        raise AlbertlmError(f"{path}: architectures must be a list of class names, e.g. "
-                            f"[\"AlbertForSequenceClassification\"], got {shown}")
-    return arch
-
-
 def export_run(args: argparse.Namespace) -> int:
     """Export a model directory; print what was written."""
     import warnings
@@ -47,6 +27,7 @@ def export_run(args: argparse.Namespace) -> int:
     from albertlm.heads import HEADS
     from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8, scratch_beside
     from albertlm.model import AlbertForPreTraining
+    from albertlm.train.inference import check_head_weights, read_architecture
 
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
@@ -54,13 +35,15 @@ def export_run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         raise AlbertlmError(f"{args.model}: not a model directory")
     check_not_input(out, "OUT", {"DIR": args.model})
-    arch = _architecture(args.model)
+    arch, _ = read_architecture(args.model)
     classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
     if arch not in ONNX_OUTPUTS:
         raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
     with warnings.catch_warnings():  # a pretrained directory without an SOP head says so: not an error here
         warnings.filterwarnings("ignore", message=".*SOP head.*")
         model = classes[arch].from_pretrained(args.model).eval()
+    if arch in HEADS:  # a directory claiming a head its weights lack would export a random one
+        check_head_weights(args.model, arch, model)
     if not args.int8:
         report = export_onnx(model, out, dynamo=args.exporter == "dynamo")
     else:

@@ -173,11 +173,12 @@ def tokenizer_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from albertlm.data.corpus import DEFAULT_MAX_LINE_CHARS, Corpus, format_corpus_stats
-    from albertlm.outputs import TOKENIZER_FILES, OutputDir
-    from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, train_tokenizer
+    from albertlm.outputs import OutputDir
+    from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILES, train_tokenizer
 
     corpus = Corpus(args.input, text_key=args.text_key, max_line_chars=args.max_line_chars or DEFAULT_MAX_LINE_CHARS)
-    out = OutputDir(args.out, "tokenizer train", TOKENIZER_FILES, inputs=[("--input", path) for files in corpus.files for path in files])
+    out = OutputDir(args.out, "tokenizer train", TOKENIZER_FILES,
+                    inputs=[("--input", path) for files in corpus.files for path in files])
 
     def sentences():  # a progress bar on a terminal only, never in logs
         return iter(tqdm(corpus.sentences(), desc="reading", unit=" sentences", leave=False,

@@ -54,11 +54,20 @@ def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def read_architecture(model_dir: str | Path) -> tuple[str, AlbertConfig]:
-    """(head class name from config.json's `architectures`, the config)."""
+    """(head class name from config.json's `architectures`, the config).
+
+    Raises:
+        AlbertlmError: `architectures` is not a list of class names (a bare string would give its first
+            letter, a list of objects a TypeError).
+    """
     path = Path(model_dir) / "config.json"
-    config = AlbertConfig.from_json_file(path)
-    archs = json.loads(path.read_text(encoding="utf-8")).get("architectures") or ["AlbertModel"]
-    return archs[0], config
+    config = AlbertConfig.from_json_file(path)  # exists, UTF-8, a JSON object: checked there
+    archs = json.loads(path.read_text(encoding="utf-8")).get("architectures")
+    if archs not in (None, []) and not (isinstance(archs, list) and all(isinstance(a, str) and a for a in archs)):
+        shown = repr(archs) if len(repr(archs)) <= 80 else repr(archs)[:77] + "..."
+        raise AlbertlmError(f"{path}: architectures must be a list of class names, e.g. "
+                            f"[\"AlbertForSequenceClassification\"], got {shown}")
+    return (archs or ["AlbertModel"])[0], config
 
 
 def _labels(config: AlbertConfig) -> list[str] | None:
