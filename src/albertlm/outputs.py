@@ -24,6 +24,7 @@ from pathlib import Path
 
 from albertlm.errors import AlbertlmError
 from albertlm.rundir import LOCK, MARKER, OWNER, RunLock
+from albertlm.utils import atomic_write_text
 
 OUT_MARKER = ".albertlm-out"
 """The marker of a directory an albertlm command (other than pretrain) created."""
@@ -165,8 +166,6 @@ class OutputDir:
             self.check()
             marker = self.path / OUT_MARKER
             if not marker.exists():
-                from albertlm.utils import atomic_write_text
-
                 atomic_write_text(marker, json.dumps({
                     "command": self.command, "created_by": f"albertlm {self.command}",
                     "created": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")

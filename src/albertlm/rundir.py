@@ -22,6 +22,7 @@ import socket
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
+from albertlm.utils import atomic_write_text
 
 MARKER = ".albertlm-run"
 LOCK = ".albertlm-lock"
@@ -71,7 +72,9 @@ def mark_run(run_dir: str | os.PathLike, command: str = "pretrain") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     marker = run_dir / MARKER
     if not marker.exists():
-        marker.write_text(json.dumps({"created_by": f"albertlm {command}",
+        from albertlm.utils import atomic_write_text
+
+        atomic_write_text(marker, json.dumps({"created_by": f"albertlm {command}",
                                       "created": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
 
 
