@@ -181,3 +181,20 @@ def test_config_file_read_errors_are_one_line_naming_the_file(tmp_path):
     assert "NaN" in nan.read_text()  # json writes (and reads) NaN, so the config must refuse it
     with pytest.raises(ConfigError, match=rf"^{nan}: layer_norm_eps must be a finite number, got nan$"):
         AlbertConfig.from_json_file(nan)
+
+
+@pytest.mark.parametrize("value", ["foo", 3, "Regression"])
+def test_an_unknown_problem_type_is_refused_naming_file_and_field(value):
+    # transformers accepts only these three; anything else once reached predict as a traceback
+    data = {**PRESETS["test"].to_dict(), "problem_type": value}
+    with pytest.raises(ConfigError, match=rf"^x/config.json: problem_type {value!r} is unknown; choose one of "
+                                          "regression, single_label_classification, multi_label_classification$"):
+        AlbertConfig.from_dict(data, source="x/config.json")
+
+
+def test_the_problem_types_transformers_writes_are_read():
+    for value in ("regression", "single_label_classification", "multi_label_classification", None):
+        num_labels = 1 if value == "regression" else 2
+        data = {**PRESETS["test"].replace(num_labels=num_labels).to_dict(), "problem_type": value}
+        assert AlbertConfig.from_dict(data).problem_type == value
+

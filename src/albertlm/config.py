@@ -20,6 +20,8 @@ from albertlm.utils import atomic_write_text, check_field_types
 
 SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
 EMBEDDING_LAYOUTS = ("albert", "albert_zh")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+"""The values of `problem_type` (transformers accepts these and no other)."""
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
 # Keys that released TF-era configs carry and nothing reads; accepted and dropped.
@@ -188,6 +190,9 @@ class AlbertConfig:
                               f"choose one of {', '.join(EMBEDDING_LAYOUTS)}")
         if self.sharing not in SHARING_STRATEGIES:
             raise ConfigError(f"sharing {self.sharing!r} is unknown; choose one of {', '.join(SHARING_STRATEGIES)}")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"problem_type {self.problem_type!r} is unknown; "
+                              f"choose one of {', '.join(PROBLEM_TYPES)}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:

@@ -20,11 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from albertlm.config import AlbertConfig
+from albertlm.config import PROBLEM_TYPES, AlbertConfig
 from albertlm.model import AlbertModel, PreTrainedAlbert
 from albertlm.vocab import IGNORE_INDEX
-
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
 
 # ---------------------------------------------------------------------------- outputs
