@@ -198,3 +198,13 @@ def test_the_problem_types_transformers_writes_are_read():
         data = {**PRESETS["test"].replace(num_labels=num_labels).to_dict(), "problem_type": value}
         assert AlbertConfig.from_dict(data).problem_type == value
 
+
+@pytest.mark.parametrize("changes", [{"num_labels": 3, "id2label": {"0": "a", "1": "b"}},
+                                     {"id2label": {"0": "a", "2": "b"}},
+                                     {"id2label": {"1": "a", "2": "b"}}])
+def test_id2label_must_name_every_id_below_num_labels(changes):
+    # a label name per output: evaluate and predict look up id2label[i] for every i < num_labels
+    data = {k: v for k, v in PRESETS["test"].to_dict().items() if k not in ("id2label", "label2id")}
+    with pytest.raises(ConfigError, match=r"^c.json: id2label must name the ids 0 to \d+ \(num_labels=\d\), "
+                                          r"got ids \[\d, \d\]$"):
+        AlbertConfig.from_dict({**data, **changes}, source="c.json")

@@ -193,6 +193,9 @@ class AlbertConfig:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"problem_type {self.problem_type!r} is unknown; "
                               f"choose one of {', '.join(PROBLEM_TYPES)}")
+        if self.id2label is not None and sorted(self.id2label) != list(range(self.num_labels)):
+            raise ConfigError(f"id2label must name the ids 0 to {self.num_labels - 1} (num_labels={self.num_labels}), "
+                              f"got ids {sorted(self.id2label)}")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
