@@ -180,8 +180,12 @@ def crash_point(name: str) -> None:
 def check_finite(tensor, name: str, source: str, what: str = "tensor") -> None:
     """Refuse a loaded floating-point tensor that holds NaN or infinity; tensors of other dtypes pass.
 
-    One `torch.isfinite` pass per tensor, cheap beside reading the file. Every loader of weights
-    (safetensors, TF checkpoints, exit heads) calls this, so a corrupt file never reaches a model.
+    One summation pass per tensor, without allocating: a NaN or an infinity makes the sum non-finite
+    (235M float32 values take about 0.1 s on one core, where `torch.isfinite(t).all()` takes 1.5 s
+    and a bool tensor of the file's size). Only a sum that is not finite (a bad value, or finite
+    values so large that their sum overflows) pays for the exact count. Every loader of weights
+    (safetensors, pytorch_model.bin, TF checkpoints, exit heads) calls this, so a corrupt file
+    never reaches a model.
 
     Args:
         tensor: a torch tensor.
@@ -196,6 +200,12 @@ def check_finite(tensor, name: str, source: str, what: str = "tensor") -> None:
     from albertlm.errors import AlbertlmError
 
     if not (tensor.is_floating_point() or tensor.is_complex()):
+        return
+    if tensor.is_complex():
+        total = tensor.sum()
+    else:  # accumulated in float32 at least: a float16 sum of finite values would overflow
+        total = tensor.sum(dtype=torch.float64 if tensor.dtype == torch.float64 else torch.float32)
+    if bool(torch.isfinite(total)):
         return
     finite = torch.isfinite(tensor)
     if not bool(finite.all()):
