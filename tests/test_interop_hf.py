@@ -255,6 +255,31 @@ def test_sharded_safetensors(tmp_path):
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in loaded.state_dict().items())
 
 
+
+@pytest.mark.parametrize("index, message", [
+    (b'{"weight_map": {"a": "\xff"}}', r"model.safetensors.index.json: not UTF-8 text \(byte 0xff at offset 22\)$"),
+    (b'{"weight_map": {"a": 3}}', r"model.safetensors.index.json: shard name 3 is not a file name$"),
+    (b'{"weight_map": {"a": ""}}', r"model.safetensors.index.json: shard name '' is not a file name$"),
+    (b'{"weight_map": {"a": "../x.safetensors"}}', r"shard name '../x.safetensors' is not a file name$"),
+    (b'{"weight_map": [1]}', r"model.safetensors.index.json: not a safetensors index \(weight_map must map "
+                             r"tensor names to shard files\)$"),
+    (b'[]', r"model.safetensors.index.json: not a safetensors index \(weight_map must map"),
+])
+def test_a_broken_shard_index_is_one_line_naming_it(tmp_path, index, message):
+    CONFIGS["all-shared"].to_json_file(tmp_path / "config.json")
+    (tmp_path / "model.safetensors.index.json").write_bytes(index)
+    with pytest.raises(AlbertlmError, match=message):
+        AlbertForPreTraining.from_pretrained(tmp_path)
+
+
+def test_a_pytorch_model_bin_entry_that_is_not_a_tensor_is_refused_naming_it(tmp_path):
+    config = CONFIGS["all-shared"]
+    sd = hf.to_hf_state_dict(randomise(AlbertForPreTraining(config), seed=56))
+    torch.save({**sd, "predictions.bias": [0.0] * config.vocab_size}, tmp_path / "pytorch_model.bin")
+    config.to_json_file(tmp_path / "config.json")
+    with pytest.raises(AlbertlmError, match=r"pytorch_model.bin: predictions.bias is a list, not a tensor$"):
+        AlbertForPreTraining.from_pretrained(tmp_path)
+
 def test_missing_sop_head_warns_and_stays_random(tmp_path):
     config = CONFIGS["all-shared"]
     model = randomise(AlbertForPreTraining(config), seed=60)

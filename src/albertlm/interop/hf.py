@@ -16,7 +16,6 @@ config.json that transformers refuses.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pickle
 import warnings
 from collections.abc import Callable, Mapping
@@ -26,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from albertlm.config import AlbertConfig, shape_note
+from albertlm.config import AlbertConfig, read_json_file, shape_note
 from albertlm.errors import AlbertlmError
 from albertlm.utils import atomic_path, check_finite
 
@@ -386,14 +385,8 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
         return load_safetensors(path / SAFETENSORS_NAME), str(path / SAFETENSORS_NAME)
     index = path / SAFETENSORS_INDEX_NAME
     if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as exc:
-            raise AlbertlmError(f"{index}: not a safetensors index ({type(exc).__name__})") from None
         sd: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            if Path(shard).name != shard:  # the index names files beside it, nothing else
-                raise AlbertlmError(f"{index}: shard name {shard!r} is not a file name")
+        for shard in _shard_names(index):
             sd.update(load_safetensors(path / shard))
         return sd, str(index)
     legacy = path / PYTORCH_NAME
@@ -406,10 +399,24 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
         if not isinstance(sd, dict):
             raise AlbertlmError(f"{legacy}: expected a state dict, found {type(sd).__name__}")
         for name, tensor in sd.items():
-            if isinstance(tensor, torch.Tensor):
-                check_finite(tensor, name, str(legacy))
+            if not isinstance(tensor, torch.Tensor):
+                raise AlbertlmError(f"{legacy}: {name} is a {type(tensor).__name__}, not a tensor")
+            check_finite(tensor, name, str(legacy))
         return sd, str(legacy)
     raise AlbertlmError(f"{path}: no {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or {PYTORCH_NAME}")
+
+
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a safetensors index names, sorted; each must be a file name beside the index."""
+    data = read_json_file(index)  # one line naming it: unreadable, not UTF-8, not JSON
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise AlbertlmError(f"{index}: not a safetensors index (weight_map must map tensor names to shard files)")
+    shards = list(dict.fromkeys(weight_map.values()))
+    for shard in shards:  # the index names files beside it, nothing else
+        if not isinstance(shard, str) or shard in ("", ".", "..") or Path(shard).name != shard:
+            raise AlbertlmError(f"{index}: shard name {shard!r} is not a file name")
+    return sorted(shards)
 
 
 def load_pretrained(cls: type, path: str | Path, *, config: AlbertConfig | None = None,
