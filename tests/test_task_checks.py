@@ -108,6 +108,25 @@ def test_heads_that_fit_still_score(fx, tmp_path):
     assert evaluate_dir(unnamed, fx["sst"]) == evaluate_dir(fx["ft"], fx["sst"])
 
 
+
+def test_a_tagger_whose_tags_the_split_lacks_entirely_is_refused(fx, tmp_path):
+    """A token classifier fine-tuned elsewhere without tag names (LABEL_0, ...) once scored F1 0 and exit 0."""
+    from test_finetune import write_conll
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    write_conll(data, random.Random(0))
+    tagger = tmp_path / "ner"
+    finetune("conll2003", fx["pre"], data, tagger, TWO_STEPS, progress=False)
+    assert "f1" in evaluate_dir(tagger, data)["metrics"]
+    n = len(json.loads((tagger / "config.json").read_text())["id2label"])
+    names = {str(i): f"LABEL_{i}" for i in range(n)}
+    unnamed = _copy(tagger, tmp_path / "unnamed", id2label=names, label2id={v: int(k) for k, v in names.items()})
+    with pytest.raises(AlbertlmError, match=rf"^{unnamed}: its head's tags are LABEL_0, LABEL_1, .*; the dev split "
+                                            r"of task conll2003 has none of them \(B-"):
+        evaluate_dir(unnamed, data)
+
+
 def test_a_teacher_is_checked_against_the_task_as_evaluate_checks_a_model(fx, tmp_path):
     with pytest.raises(AlbertlmError, match=rf"^--teacher {fx['ft-stsb']}: its head is regression with 1 output; "
                                             "task sst-2 is single_label_classification"):

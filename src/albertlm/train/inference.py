@@ -255,8 +255,19 @@ def check_known_labels(where: str, config: AlbertConfig, spec: TaskSpec, labels:
                        examples: list, split: str) -> None:
     """Every label of a split scored with a sequence classifier must be one of the head's (a label it
     cannot output has no id, and no score would be right); this matters where the task's data decides
-    the labels (generic tasks), where `task_labels` has nothing to compare."""
-    if not spec.family.sets_problem_type or labels is None:
+    the labels (generic tasks), where `task_labels` has nothing to compare. A tagger must share at
+    least one entity tag with the split (one fine-tuned elsewhere without tag names, LABEL_0, ...,
+    would score 0 on every entity); one that lacks some of its tags is scored, those entities missed."""
+    if labels is None:
+        return
+    if spec.family.token_level:
+        tags = sorted(set(spec.family.label_names(examples)) - {"O"})
+        if tags and not set(tags) & set(labels):
+            shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+            raise AlbertlmError(f"{where}: its head's tags are {shown}; the {split} split of task {spec.name} "
+                                f"has none of them ({', '.join(tags[:8])}); config.json's id2label must name "
+                                "the tags the head was trained on")
+    if not spec.family.sets_problem_type:
         return
     unknown = sorted(set(spec.family.label_names(examples)) - set(labels))
     if unknown:
