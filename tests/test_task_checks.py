@@ -206,6 +206,39 @@ def test_a_student_with_another_tokenizer_setting_is_refused(fx, tmp_path):
         distill("sst-2", fx["ft"], str(student), fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
 
 
+
+# ---------------------------------------------------------------------------- outputs that are not numbers
+@pytest.fixture(scope="module")
+def overflowing(fx) -> Path:
+    """A fine-tuned directory whose weights are finite but overflow float32 (embedding LayerNorm gain 1e30):
+    every output is NaN."""
+    from safetensors.numpy import load_file, save_file
+
+    d = fx["root"] / "overflowing"
+    shutil.copytree(fx["ft"], d, ignore=shutil.ignore_patterns(".albertlm*"))
+    weights = load_file(str(d / "model.safetensors"))
+    key = "albert.embeddings.LayerNorm.weight"
+    save_file({**weights, key: np.full_like(weights[key], 1e30)}, str(d / "model.safetensors"),
+              metadata={"format": "pt"})
+    return d
+
+
+def test_evaluate_and_predict_refuse_outputs_that_are_not_finite(fx, overflowing, capsys):
+    # they once scored the NaN logits as class 0 (accuracy of the majority) and printed them, exit 0
+    with pytest.raises(AlbertlmError, match=rf"^{overflowing}: its logits are NaN or infinite for 10 of 10 inputs"):
+        evaluate_dir(overflowing, fx["sst"])
+    with pytest.raises(AlbertlmError, match=rf"^{overflowing}: its logits are NaN or infinite for 1 of 1 inputs"):
+        predict_lines(overflowing, ["a good film ."])
+    assert main(["evaluate", "--model", str(overflowing), "--data", str(fx["sst"]), "--device", "cpu"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_teacher_whose_logits_are_not_finite_is_refused_and_nothing_is_cached(fx, overflowing, tmp_path):
+    # the student once trained on NaN soft targets: every step skipped, the untrained student written, exit 0
+    with pytest.raises(AlbertlmError, match=rf"^--teacher {overflowing}: its logits are NaN or infinite for 40 of 40"):
+        distill("sst-2", overflowing, "test", fx["sst"], tmp_path / "out", TWO_STEPS, progress=False)
+    assert not (tmp_path / "out" / TEACHER_CACHE).exists() and not (tmp_path / "out" / "model.safetensors").exists()
+
 # ---------------------------------------------------------------------------- the teacher-logit cache
 @pytest.fixture
 def cached_run(fx, tmp_path):

@@ -55,8 +55,9 @@ from albertlm.heads import HEADS
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, head_config, load_head, load_tokenizer,
-                                     output_dir, prepare_task, run_features, start_outputs, train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_finite_outputs, head_config, load_head,
+                                     load_tokenizer, output_dir, prepare_task, run_features, start_outputs,
+                                     train_task)
 from albertlm.train.inference import head_name, load_finetuned, task_labels
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_path, check_field_types, sha256_file
@@ -260,7 +261,7 @@ def _distrust(path: Path, why: str) -> None:
 
 
 def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Feature], key: str, cache: Path,
-                   batch_size: int, device: torch.device) -> tuple[list[np.ndarray], bool]:
+                   batch_size: int, device: torch.device, where: str = "--teacher") -> tuple[list[np.ndarray], bool]:
     """The teacher's logits for every feature, from the cache when its key matches, else computed and cached.
 
     Args:
@@ -271,6 +272,7 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
         cache: the cache file (written atomically).
         batch_size: features per teacher forward pass.
         device: the torch device.
+        where: how messages name the teacher (`--teacher DIR`).
     Returns:
         (one float32 array per feature: [num_labels], or [S_feature, num_labels] for token
         classification; whether they came from the cache). The file holds them as one matrix,
@@ -284,7 +286,9 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
     if not cached:
         from safetensors.numpy import save_file
 
-        rows = run_features(teacher, spec, list(features), batch_size, device)["logits"]
+        outputs = run_features(teacher, spec, list(features), batch_size, device)
+        check_finite_outputs(outputs, spec, where)  # before anything is cached or taught
+        rows = outputs["logits"]
         logits = (np.concatenate(rows) if per_position else np.stack(rows)).astype(np.float32)
         with atomic_path(cache) as tmp:
             save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features)),
@@ -451,7 +455,7 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
     key = inputs_fingerprint(t_print, run.train_f, run.settings)
     logits, cached = teacher_logits(teacher, spec, run.train_f, key, out_dir / TEACHER_CACHE,
-                                    run.recipe.eval_batch_size, device)
+                                    run.recipe.eval_batch_size, device, where=f"--teacher {teacher_dir}")
     del teacher  # the student trains alone
     for f, row in zip(run.train_f, logits):
         f.inputs["teacher_logits"] = np.ascontiguousarray(row.T) if spec.family.token_level else row  # [C, S]

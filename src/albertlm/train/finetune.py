@@ -221,6 +221,21 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
     return out
 
 
+def check_finite_outputs(outputs: dict[str, list[np.ndarray]], spec: TaskSpec, where: str) -> None:
+    """Refuse head outputs that hold NaN or infinity: no score, prediction or cached teacher logit is made
+    of them (finite weights can still overflow float32; argmax would read NaN as class 0).
+
+    Raises:
+        AlbertlmError: naming `where` (the model directory, `--teacher DIR`), the output and how many
+            inputs it failed on.
+    """
+    for name in spec.family.outputs:
+        bad = sum(1 for row in outputs[name] if not np.isfinite(row).all())
+        if bad:
+            raise AlbertlmError(f"{where}: its {name} are NaN or infinite for {bad} of {len(outputs[name])} inputs "
+                                "(finite weights whose values overflow float32?); refusing to use them")
+
+
 def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Feature], labels: list[str] | None,
           settings: FeatureSettings, batch_size: int, device: torch.device) -> tuple[dict[str, float], list]:
     """(metrics, predictions) of the model on some examples; metrics are empty for unlabelled examples."""

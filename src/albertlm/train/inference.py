@@ -26,7 +26,7 @@ from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
                                  check_patience, has_exit_heads, head_class)
-from albertlm.train.finetune import load_tokenizer, run_features, score_outputs
+from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
 
 
 def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -350,6 +350,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     extra = ("exit_layers",) if patience is not None else ()
     outputs = run_features(runner, t.spec, t.features, batch_size, next(t.model.parameters()).device,
                            per_feature=extra)
+    check_finite_outputs(outputs, t.spec, str(model_dir))
     metrics, preds = score_outputs(t.spec, t.examples, t.features, outputs, t.labels, t.settings)
     if predictions is not None:
         t.spec.family.write(Path(predictions), t.examples, preds)
@@ -449,6 +450,7 @@ def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | tor
     features: list[Feature] = family.featurize(spec, examples, tokenizer, labels, settings, False)
     extra = ("exit_layers",) if patience is not None else ()
     outputs = run_features(model, spec, features, batch_size, next(model.parameters()).device, per_feature=extra)
+    check_finite_outputs(outputs, spec, str(model_dir))
     rendered = family.render(spec, examples, features, outputs, labels, settings)
     if patience is None:
         return rendered, None
