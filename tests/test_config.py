@@ -208,3 +208,9 @@ def test_id2label_must_name_every_id_below_num_labels(changes):
     with pytest.raises(ConfigError, match=r"^c.json: id2label must name the ids 0 to \d+ \(num_labels=\d\), "
                                           r"got ids \[\d, \d\]$"):
         AlbertConfig.from_dict({**data, **changes}, source="c.json")
+
+
+def test_quoted_layer_counts_are_refused_in_one_line():
+    # equal strings once reached the sharing inference's `L > 1` (a TypeError traceback)
+    with pytest.raises(ConfigError, match=r"^c.json: num_hidden_layers must be an integer, got '2'$"):
+        AlbertConfig.from_dict({"num_hidden_layers": "2", "num_hidden_groups": "2"}, source="c.json")

@@ -335,7 +335,8 @@ class AlbertConfig:
             L = kwargs.get("num_hidden_layers", cls.num_hidden_layers)
             G = kwargs.get("num_hidden_groups", cls.num_hidden_groups)
             K = kwargs.get("inner_group_num", cls.inner_group_num)
-            kwargs["sharing"] = "none" if (G == L and K == 1 and L > 1) else "all"
+            one_per_layer = G == L and K == 1 and isinstance(L, int) and L > 1  # a wrong type: refused below
+            kwargs["sharing"] = "none" if one_per_layer else "all"
         try:
             return cls(**kwargs, extra=extra)
         except ConfigError as exc:
