@@ -127,6 +127,25 @@ def test_a_tagger_whose_tags_the_split_lacks_entirely_is_refused(fx, tmp_path):
         evaluate_dir(unnamed, data)
 
 
+
+@pytest.mark.parametrize("changes, message", [
+    ({"albertlm_features": {"max_seq_length": "x"}}, "albertlm_features.max_seq_length must be an integer, got 'x'"),
+    ({"albertlm_features": {"null_threshold": float("nan")}},
+     "albertlm_features.null_threshold must be a finite number, got nan"),
+    ({"albertlm_features": {"doc_stride": 0}}, "albertlm_features.doc_stride must be at least 1, got 0"),
+    ({"albertlm_features": {"max_seq_length": 2}}, "albertlm_features.max_seq_length must be at least 8, got 2"),
+    ({"albertlm_features": 5}, "albertlm_features must be an object of input settings, got 5"),
+    ({"finetuning_task": 5}, "finetuning_task must be a task name, got 5"),
+])
+def test_albertlm_entries_of_config_json_are_checked_naming_the_file(fx, tmp_path, changes, message):
+    # albertlm writes these itself; a hand-edited one was a TypeError or AttributeError traceback, or a NaN used
+    edited = _copy(fx["ft"], tmp_path / "edited", **changes)
+    expected = rf"^{edited / 'config.json'}: {message}$"
+    with pytest.raises(AlbertlmError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        predict_lines(edited, ["a good film ."])
+    with pytest.raises(AlbertlmError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        evaluate_dir(edited, fx["sst"], "sst-2")
+
 def test_a_teacher_is_checked_against_the_task_as_evaluate_checks_a_model(fx, tmp_path):
     with pytest.raises(AlbertlmError, match=rf"^--teacher {fx['ft-stsb']}: its head is regression with 1 output; "
                                             "task sst-2 is single_label_classification"):

@@ -27,6 +27,7 @@ from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
                                  check_patience, has_exit_heads, head_class)
 from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
+from albertlm.utils import check_field_types
 
 
 def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -93,10 +94,40 @@ def _settings(config: AlbertConfig, default_length: int = 128, chinese: bool = F
     return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
 
 
+def check_saved_entries(path: Path, config: AlbertConfig) -> None:
+    """The entries albertlm adds to a fine-tuned config.json hold what it writes: `albertlm_features`
+    an object of FeatureSettings' fields (integers of at least 1, max_seq_length at least
+    MIN_SEQ_LENGTH, a finite null_threshold), `finetuning_task` a task name.
+
+    Raises:
+        AlbertlmError: naming `path` (the config.json) and the entry.
+    """
+    from albertlm.train.finetune import MIN_SEQ_LENGTH
+
+    task = config.extra.get("finetuning_task")
+    if task is not None and not isinstance(task, str):
+        raise AlbertlmError(f"{path}: finetuning_task must be a task name, got {task!r}")
+    saved = config.extra.get("albertlm_features")
+    if saved is None:
+        return
+    if not isinstance(saved, dict):
+        raise AlbertlmError(f"{path}: albertlm_features must be an object of input settings, got {saved!r}")
+    fields = dataclasses.fields(FeatureSettings)
+    try:
+        check_field_types(FeatureSettings(**{f.name: saved[f.name] for f in fields if f.name in saved}))
+    except AlbertlmError as exc:
+        raise AlbertlmError(f"{path}: albertlm_features.{exc}") from None
+    for f in fields:
+        least = MIN_SEQ_LENGTH if f.name == "max_seq_length" else 1
+        if type(f.default) is int and f.name in saved and saved[f.name] < least:  # the int fields
+            raise AlbertlmError(f"{path}: albertlm_features.{f.name} must be at least {least}, got {saved[f.name]}")
+
+
 def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu", int8: str | None = None):
     """(model in eval mode, its config, its tokenizer) of a fine-tuned directory; with `int8` (a
     backend of `albertlm.inference.quantize`), a CPU copy with int8 Linear layers."""
     arch, config = read_architecture(model_dir)
+    check_saved_entries(Path(model_dir) / "config.json", config)
     if arch not in HEADS:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
     if has_exit_heads(config) and not (Path(model_dir) / EXIT_HEADS_NAME).is_file():
