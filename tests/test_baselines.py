@@ -1,6 +1,6 @@
-"""benchmarks/baselines.py on tiny synthetic task files: every count-based baseline runs, the fitted
-ones beat the majority class where the data is learnable, the lookup tagger is perfect on its own
-training set, and the results JSON is well-formed (no NaN)."""
+"""The count-based baselines (albertlm.tasks.baselines) on tiny synthetic task files: every baseline
+runs, the fitted ones beat the majority class where the data is learnable, the lookup tagger is
+perfect on its own training set; benchmarks/baselines.py's results JSON is well-formed (no NaN)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("sklearn")
 
 from scripts import load_script  # noqa: E402
+
+from albertlm.tasks import baselines  # noqa: E402
 
 POS = "good great fun lovely superb".split()
 NEG = "bad awful boring dull terrible".split()
@@ -100,9 +102,9 @@ def write_conll(d: Path, r: random.Random) -> None:
         (d / name).write_text("\n".join(lines))
 
 
-def test_classification_beats_majority(bench, tmp_path):
+def test_classification_beats_majority(tmp_path):
     write_sst(tmp_path / "SST-2", random.Random(0))
-    scores = bench.baseline_scores("sst-2", tmp_path / "SST-2")
+    scores = baselines.baseline_scores("sst-2", tmp_path / "SST-2")
     assert (scores["train_examples"], scores["dev_examples"], scores["metric"]) == (400, 60, "accuracy")
     assert scores["language"] == "en"
     b = {k: v["value"] for k, v in scores["baselines"].items()}
@@ -112,25 +114,25 @@ def test_classification_beats_majority(bench, tmp_path):
     assert all(v["fit_s"] >= 0 for v in scores["baselines"].values())
 
 
-def test_pair_overlap_is_learnable(bench, tmp_path):
+def test_pair_overlap_is_learnable(tmp_path):
     write_rte(tmp_path / "RTE", random.Random(1))
-    b = {k: v["value"] for k, v in bench.baseline_scores("rte", tmp_path / "RTE")["baselines"].items()}
+    b = {k: v["value"] for k, v in baselines.baseline_scores("rte", tmp_path / "RTE")["baselines"].items()}
     assert b["naive_bayes"] >= max(b["majority"], 80) and b["tfidf_lr"] >= max(b["majority"], 80)
 
 
-def test_chinese_uses_characters(bench, tmp_path):
+def test_chinese_uses_characters(tmp_path):
     write_chnsenticorp(tmp_path / "ChnSentiCorp", random.Random(2))
-    scores = bench.baseline_scores("chnsenticorp", tmp_path / "ChnSentiCorp")
+    scores = baselines.baseline_scores("chnsenticorp", tmp_path / "ChnSentiCorp")
     assert scores["language"] == "zh"
-    assert bench.units("好棒 ok", True) == ["好", "棒", "o", "k"]
-    assert bench.ngrams("酒店好", True) == ["酒", "店", "好", "酒 店", "店 好"]
+    assert baselines.units("好棒 ok", True) == ["好", "棒", "o", "k"]
+    assert baselines.ngrams("酒店好", True) == ["酒", "店", "好", "酒 店", "店 好"]
     b = {k: v["value"] for k, v in scores["baselines"].items()}
     assert b["naive_bayes"] >= 90 and b["tfidf_lr"] >= 90 and b["tfidf_lr"] >= b["majority"]
 
 
-def test_regression_correlates_and_constant_has_no_score(bench, tmp_path):
+def test_regression_correlates_and_constant_has_no_score(tmp_path):
     write_stsb(tmp_path / "STS-B", random.Random(3))
-    scores = bench.baseline_scores("sts-b", tmp_path / "STS-B")
+    scores = baselines.baseline_scores("sts-b", tmp_path / "STS-B")
     b = scores["baselines"]
     assert scores["metric"] == "pearson"
     assert b["mean"]["value"] is None and "constant" in b["mean"]["note"]
@@ -138,15 +140,15 @@ def test_regression_correlates_and_constant_has_no_score(bench, tmp_path):
     assert set(b["ridge"]["metrics"]) == {"pearson", "spearman"}
 
 
-def test_lookup_tagger_is_perfect_on_its_training_set(bench, tmp_path):
+def test_lookup_tagger_is_perfect_on_its_training_set(tmp_path):
     write_conll(tmp_path / "CoNLL-2003", random.Random(4))
-    b = bench.baseline_scores("conll2003", tmp_path / "CoNLL-2003")["baselines"]
+    b = baselines.baseline_scores("conll2003", tmp_path / "CoNLL-2003")["baselines"]
     assert b["lookup"]["value"] == 100.0
     assert b["all_o"]["value"] == 0.0
     # joining runs of one type merges the two adjacent people into one entity: below 100, above 0
     assert 0 < b["type_lookup"]["value"] < 100
     assert b["lookup"]["metrics"]["entities"] == b["all_o"]["metrics"]["entities"] > 0  # a count, not x100
-    assert bench.join_runs(["PER", "PER", "O", "LOC", "PER"]) == ["B-PER", "I-PER", "O", "B-LOC", "B-PER"]
+    assert baselines.join_runs(["PER", "PER", "O", "LOC", "PER"]) == ["B-PER", "I-PER", "O", "B-LOC", "B-PER"]
 
 
 def test_main_writes_json_and_markdown(bench, tmp_path, capsys):

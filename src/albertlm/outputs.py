@@ -174,6 +174,28 @@ class OutputDir:
             raise
         return _Held(lock)
 
+    def empty(self) -> list[str]:
+        """Remove an earlier output from the claimed directory, so a run that starts over never mixes its
+        files with the earlier run's. Only for a directory this process has claimed (under its lock, where
+        `check()` found nothing but this command's own names); the marker and the lock stay, a link is
+        removed without touching what it points to.
+
+        Returns:
+            The names removed, sorted.
+        """
+        import shutil
+
+        removed = []
+        for entry in sorted(self.path.iterdir()):
+            if entry.name in _OURS:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry.name)
+        return removed
+
 
 class _Held:
     """A lock already taken, as a context manager that releases it."""

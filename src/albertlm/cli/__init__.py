@@ -30,7 +30,8 @@ COMMANDS: dict[str, Command] = {
     "tokenizer": ("train a SentencePiece vocabulary with ALBERT's ids: albertlm tokenizer train --input kjv "
                   "--vocab-size 8000 --out tok/", pretraining.tokenizer_args, pretraining.tokenizer_run),
     "finetune": ("fine-tune on a task (GLUE, SQuAD, RACE, NER, Chinese sets, generic files) and keep the best dev "
-                 "checkpoint: albertlm finetune --task sst-2 --model DIR --data DIR", tasks.finetune_args, tasks.finetune_run),
+                 "checkpoint: albertlm finetune --task sst-2 --model DIR --data DIR; without --model, train a model "
+                 "from the task's data alone within --budget MINUTES", tasks.finetune_args, tasks.finetune_run),
     "distill": ("train a smaller student from a fine-tuned classifier: albertlm distill --teacher DIR --student "
                 "albert-mini --task sst-2 --data DIR", distill.distill_args, distill.distill_run),
     "evaluate": ("score a fine-tuned model on a task split: albertlm evaluate --model DIR --data DIR",

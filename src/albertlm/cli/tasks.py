@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from albertlm.errors import AlbertlmError
-from albertlm.options import add_dataclass_options, dataclass_from_args
+from albertlm.options import add_dataclass_options
 
 
 # ---------------------------------------------------------------------------- fine-tuning and inference
@@ -19,15 +19,22 @@ def _one_line_warnings() -> None:
 
 def finetune_args(p: argparse.ArgumentParser) -> None:
     from albertlm.train.finetune import FinetuneRecipe
+    from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES
 
     p.add_argument("--task", required=True, help="task name, e.g. sst-2, cola, mrpc, sts-b, squad-v1.1, race, "
                    "conll2003, chnsenticorp, tnews, cluener, or a generic one (classification, regression, "
                    "multilabel, ner-conll); `--task list` prints them all with their metrics")
     p.add_argument("--model", metavar="DIR", help="pretrained model: `albertlm pretrain` output or any Hugging Face "
-                   "ALBERT directory with spiece.model, or a Chinese ALBERT one with a WordPiece vocab.txt")
+                   "ALBERT directory with spiece.model, or a Chinese ALBERT one with a WordPiece vocab.txt; without "
+                   "it, a model is trained from scratch on the task's data alone (its own vocabulary, a random "
+                   "albert-tiny) within --budget")
     p.add_argument("--data", metavar="DIR", help="the task's data directory (train and dev files)")
+    p.add_argument("--budget", type=float, metavar="MINUTES", default=None, help="without --model: wall time for "
+                   "the whole run (vocabulary, model, baselines, fine-tuning); the steps are chosen to fit "
+                   f"(default: {DEFAULT_BUDGET_MINUTES:g})")
     training_run_args(p, "runs/finetune-<task>")
-    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one)")
+    add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
+                          "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
 
 
 def training_run_args(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -49,20 +56,46 @@ def task_from_args(args: argparse.Namespace):
 
 
 def finetune_run(args: argparse.Namespace) -> int:
-    """Fine-tune on a task, keep the best dev checkpoint, print the metrics table."""
+    """Fine-tune on a task, keep the best dev checkpoint, print the metrics table; without --model, train
+    from scratch within --budget and print the count-based baseline beside the dev score."""
+    import dataclasses
+
     from albertlm.tasks.registry import task_table
     from albertlm.train.finetune import FinetuneRecipe, finetune, format_results
 
     if args.task == "list":
         print(task_table())
         return 0
-    if not args.model or not args.data:
-        raise AlbertlmError("--model DIR and --data DIR are required")
+    if not args.data:
+        raise AlbertlmError("--data DIR is required (with --model DIR to start from a pretrained model, or without "
+                            "it to train from scratch within --budget MINUTES)")
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneRecipe) if hasattr(args, f.name)}
+    if args.model is None:
+        return _finetune_from_scratch(args, given)
+    if args.budget is not None:
+        raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
     _one_line_warnings()
     spec = task_from_args(args)
     results = finetune(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}",
-                       dataclass_from_args(FinetuneRecipe, args), device=args.device, progress=not args.no_progress)
+                       FinetuneRecipe(**given), device=args.device, progress=not args.no_progress)
     print(format_results(results))
+    return 0
+
+
+def _finetune_from_scratch(args: argparse.Namespace, given: dict) -> int:
+    """finetune without --model (train/scratch.py): the recipe flags given are laid over the default recipe."""
+    from albertlm.train.finetune import format_results
+    from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, finetune_from_scratch, format_scratch
+
+    recipe = DEFAULT_RECIPE.with_finetune(**given)
+    _one_line_warnings()
+    spec = task_from_args(args)
+    results = finetune_from_scratch(spec, args.data, args.out or f"runs/finetune-{spec.name}",
+                                    DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget, recipe,
+                                    device=args.device, progress=not args.no_progress,
+                                    log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_results(results))
+    print(format_scratch(results))
     return 0
 
 

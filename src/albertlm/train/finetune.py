@@ -300,9 +300,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
                             f"{base.max_position_embeddings} positions")
     tokenizer = load_tokenizer(model_dir)
     run = prepare_task(spec, data_dir, recipe, tokenizer, base)
-    torch.manual_seed(run.recipe.seed)
-    config = head_config(spec, base, run.labels, run.recipe, run.settings)
-    model = load_head(spec, model_dir, config)
+    model = new_head(run, model_dir, base)
     loss_fn, count_fn = head_objective(spec)
     with out.claim():
         start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe)})
@@ -376,6 +374,14 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
     return TaskRun(spec, recipe.resolve(spec, len(train_f)), settings, labels, train_ex, dev_ex, train_f, dev_f, rng)
 
 
+def new_head(run: TaskRun, model_dir: str | Path, base: AlbertConfig) -> nn.Module:
+    """The task's head on `model_dir`'s backbone, configured for the run, its new weights drawn from the
+    recipe's seed (torch's global generator, which the caller has forked: finetune())."""
+    torch.manual_seed(run.recipe.seed)
+    config = head_config(run.spec, base, run.labels, run.recipe, run.settings)
+    return load_head(run.spec, model_dir, config)
+
+
 def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
     """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()): recipe.json, and a new
     metrics.jsonl (a rerun into its own earlier output replaces that output's records)."""
@@ -419,7 +425,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
     spec, r = run.spec, run.recipe
-    optimizer = build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
+    optimizer = task_optimizer(model, r)
     logger = MetricsLogger(out_dir)
     logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
                             **dataclasses.asdict(r)})
@@ -453,9 +459,9 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         return bool(r.patience and state["bad_evals"] >= r.patience)
 
     step = run_steps(model, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
-                     batches=_batcher(run, device), lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
+                     batches=batcher(run, device), lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
                      count_fn=count_fn, ctx=DistContext(device=device),
-                     settings=StepSettings(precision=r.precision, clip_norm=r.clip_norm), on_log=on_log,
+                     settings=step_settings(r), on_log=on_log,
                      on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None)
     logger.close()
     results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
@@ -465,6 +471,16 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                "transformers_loads": transformers_can_load(model.config), **record}
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2))
     return results
+
+
+def task_optimizer(model: nn.Module, r: FinetuneRecipe) -> torch.optim.Optimizer:
+    """The recipe's optimizer (optim.build_optimizer: LayerNorm and biases undecayed)."""
+    return build_optimizer(r.optimizer, model, lr=r.lr, weight_decay=r.weight_decay, eps=1e-6)
+
+
+def step_settings(r: FinetuneRecipe) -> StepSettings:
+    """How the recipe takes every optimizer step (precision, clipping)."""
+    return StepSettings(precision=r.precision, clip_norm=r.clip_norm)
 
 
 def _save_best(model: nn.Module, tokenizer, out_dir: Path, run: TaskRun, predictions: list) -> None:
@@ -478,7 +494,7 @@ def _sizes(run: TaskRun) -> dict[str, int]:
     return {"train_examples": len(run.train_ex), "train_features": len(run.train_f), "dev_examples": len(run.dev_ex)}
 
 
-def _batcher(run: TaskRun, device: torch.device) -> Callable[[int], list[dict[str, torch.Tensor]]]:
+def batcher(run: TaskRun, device: torch.device) -> Callable[[int], list[dict[str, torch.Tensor]]]:
     """Step index -> the step's micro-batches on `device`: a fresh shuffle of the training features
     per epoch (the run's generator), the remainder of one epoch carried into the next."""
     r, order = run.recipe, np.zeros(0, dtype=np.int64)

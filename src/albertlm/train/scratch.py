@@ -1,0 +1,441 @@
+"""Fine-tuning without a pretrained model: a task vocabulary, a random ALBERT, steps sized to a time budget.
+
+`finetune_from_scratch(task, data_dir, out_dir, budget_minutes)` is `albertlm finetune` without
+--model, for a user who has only labelled data. Within the budget it does everything:
+
+  1. trains a SentencePiece vocabulary on the task's training text (Chinese mode when the text
+     looks Chinese), as large as the recipe asks and the text supports;
+  2. draws a random ALBERT of the recipe's preset with that vocabulary and saves it, with the
+     tokenizer, in OUT/base/, so `albertlm finetune --model OUT/base` with the recorded recipe
+     repeats the run exactly;
+  3. fits the task's count-based baselines on the same training examples and scores them on the same
+     dev examples (tasks/baselines.py; scikit-learn, an optional extra, for the classification and
+     regression ones);
+  4. probes: a few real training steps and one dev evaluation of the task's head, built as the run
+     builds it, on the run's features, timed, on a copy that is then dropped;
+  5. fine-tunes (train/finetune.py: the best dev checkpoint, the dev curve) for as many steps as
+     the rest of the budget holds at the probe's pace (`plan_steps`), at most `epochs` passes.
+
+OUT is claimed once for the whole run (outputs.py, as command "finetune": it holds a fine-tuned
+model directory, plus base/); a rerun into an earlier output starts over and removes that output's
+files first, so OUT never mixes two runs. The recipe is one named object, `DEFAULT_RECIPE`: change
+the default there after an experiment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from albertlm.config import AlbertConfig, get_preset
+from albertlm.distributed import DistContext, resolve_device
+from albertlm.errors import AlbertlmError
+from albertlm.model import AlbertForPreTraining
+from albertlm.outputs import FINETUNE_FILES, OutputDir
+from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, headline, is_chinese, score_baselines,
+                                      sklearn_missing)
+from albertlm.tasks.common import find_file
+from albertlm.tasks.registry import TaskSpec, get_task
+from albertlm.tokenizer import train_tokenizer
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, head_objective, load_tokenizer, new_head,
+                                     prepare_task, score, start_outputs, step_settings, task_optimizer, train_task)
+from albertlm.train.loop import train_step
+from albertlm.utils import atomic_write_text
+
+BASE = "base"
+"""OUT's subdirectory with the vocabulary and the random-init model the run started from."""
+
+SCRATCH_FILES = FINETUNE_FILES + (BASE,)
+"""What a run without a pretrained model writes into OUT."""
+
+DEFAULT_BUDGET_MINUTES = 40.0
+"""The default --budget: the whole command, on 2 CPU cores, in under 45 minutes."""
+
+SUPPORTED = ("classification", "ner")
+"""Families whose examples are text to train a vocabulary on, with a head a random model learns alone."""
+
+PLANNED = ("steps", "epochs", "warmup_steps", "eval_every")
+"""Fine-tuning fields the budget sets: giving one is refused."""
+
+
+@dataclass(frozen=True)
+class ScratchRecipe:
+    """How albertlm trains a task's model when there is no pretrained one."""
+
+    name: str
+    """What results.json calls the recipe."""
+    preset: str = "albert-tiny"
+    """The architecture (config.PRESETS), randomly initialised; its vocab_size becomes the vocabulary's."""
+    vocab_size: int = 8000
+    """Pieces asked of the task vocabulary (fewer when the training text supports fewer)."""
+    chinese_vocab_size: int = 6000
+    """The same for Chinese text; raised to the text's distinct characters plus 1,000 (one piece each)."""
+    finetune: FinetuneRecipe = FinetuneRecipe(lr=3e-4, batch_size=32, dropout=0.0, classifier_dropout=0.1)
+    """Fine-tuning settings; the budget sets the steps, warmup and evaluations, the data max_seq_length
+    (unless set here)."""
+    seq_length_min: int = 64
+    """The shortest max_seq_length chosen from the data."""
+    seq_length_max: int = 128
+    """The longest max_seq_length chosen from the data."""
+    length_quantile: float = 0.95
+    """max_seq_length holds this share of the training examples whole (rounded up to a multiple of 32)."""
+    epochs: float = 3.0
+    """The most passes over the training set, whatever the budget."""
+    warmup_share: float = 0.1
+    """Linear warmup, as a share of the steps."""
+    evaluations: int = 10
+    """Dev evaluations per run at most (each scores the whole dev set; the best is kept)."""
+    eval_share: float = 0.25
+    """The most of the training time dev evaluations may take (fewer of them for a large dev set)."""
+    probe_steps: int = 5
+    """Real training steps timed before planning (the first one, slower, is not counted)."""
+    reserve: float = 0.05
+    """Share of the budget left unplanned: what the probe does not time (writing the results, a machine
+    whose load changes)."""
+
+    def __post_init__(self) -> None:
+        from albertlm.config import PRESETS
+        from albertlm.utils import check_field_types
+
+        check_field_types(self)
+        if self.preset not in PRESETS:
+            raise AlbertlmError(f"preset {self.preset!r} is unknown; choose one of {', '.join(PRESETS)}")
+        planned = [name for name in PLANNED if getattr(self.finetune, name) is not None]
+        if planned:
+            raise AlbertlmError(f"{planned[0]}: the budget sets the steps, warmup and evaluations of a run "
+                                "without a pretrained model")
+        positive = ("vocab_size", "chinese_vocab_size", "seq_length_min", "epochs", "evaluations", "probe_steps")
+        if any(getattr(self, name) <= 0 for name in positive) or self.seq_length_max < self.seq_length_min:
+            raise AlbertlmError(f"{', '.join(positive)} must be positive and seq_length_max at least seq_length_min")
+        if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
+                and 0 <= self.reserve < 1):
+            raise AlbertlmError("length_quantile must lie in (0, 1], eval_share in (0, 1), warmup_share and "
+                                "reserve in [0, 1)")
+
+    def with_finetune(self, **changes: Any) -> ScratchRecipe:
+        """This recipe with fine-tuning fields changed (the command line's recipe flags); the fields the
+        budget sets (PLANNED) are refused, naming their flag."""
+        planned = [name for name in PLANNED if name in changes]
+        if planned:
+            flag = "--" + planned[0].replace("_", "-")
+            raise AlbertlmError(f"{flag}: without --model the budget sets the steps, warmup and evaluations; "
+                                f"use --budget MINUTES, or give --model DIR to set {flag} yourself")
+        return dataclasses.replace(self, finetune=dataclasses.replace(self.finetune, **changes))
+
+
+DEFAULT_RECIPE = ScratchRecipe(name="albert-tiny-task-vocab")
+"""The best the project knows without pretraining (docs/results.md: albert-tiny with a vocabulary trained
+on the task's own text beat every pretrained start on SST-2; AdamW at 3e-4, batch 32, 10% warmup,
+dropout 0, classifier dropout 0.1, max length 64 for sentences and 128 for Chinese reviews, as
+benchmarks/finetune_real.py measured it). Those runs were still improving at their last evaluation,
+so the budget buys steps up to `epochs` passes."""
+
+
+# ---------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Plan:
+    """How many steps the budget holds, from the probe's timings (every time in seconds)."""
+
+    budget_s: float
+    spent_s: float
+    """Used before training: reading, the vocabulary, the model, the features, the baselines, the probe."""
+    step_s: float
+    """One training step, as the probe measured it."""
+    eval_s: float
+    """One dev evaluation and the save of a better checkpoint."""
+    epoch_cap: int
+    """The steps of `epochs` passes over the training features."""
+    steps: int
+    limited_by: str
+    """"budget" or "epochs"."""
+    evaluations: int
+    """Dev evaluations the run makes (every eval_every steps and at the last)."""
+    eval_every: int
+    warmup_steps: int
+    planned_s: float
+    """spent_s + steps * step_s + evaluations * eval_s: at most the budget less its reserve."""
+
+
+def plan_steps(recipe: ScratchRecipe, *, budget_s: float, spent_s: float, step_s: float, eval_s: float,
+               train_features: int, batch_size: int) -> Plan:
+    """The run's steps, evaluations and warmup: as many steps as the budget holds, at most `epochs` passes.
+
+    Args:
+        recipe: its epochs, evaluations, eval_share, warmup_share and reserve.
+        budget_s: the whole command's budget.
+        spent_s: what is used already.
+        step_s, eval_s: the probe's seconds per training step and per dev evaluation.
+        train_features, batch_size: the training set and the batch, for the epoch cap.
+    Returns:
+        The Plan; its planned_s never exceeds budget_s * (1 - reserve).
+    Raises:
+        AlbertlmError: what is left of the budget does not hold one step and one evaluation.
+    """
+    left = budget_s * (1 - recipe.reserve) - spent_s
+    if left < step_s + eval_s:
+        raise AlbertlmError(f"--budget {budget_s / 60:g} minutes is too small: the setup took {spent_s:.1f} s, and one "
+                            f"training step and one dev evaluation need {step_s + eval_s:.1f} s more; give a larger "
+                            "--budget")
+    cap = max(1, math.ceil(recipe.epochs * train_features / batch_size))
+    evaluations = recipe.evaluations if eval_s <= 0 else max(1, min(recipe.evaluations,
+                                                                    math.floor(recipe.eval_share * left / eval_s)))
+    steps = max(1, math.floor((left - evaluations * eval_s) / step_s))
+    limited_by = "budget" if steps < cap else "epochs"
+    steps = min(steps, cap)
+    eval_every = math.ceil(steps / evaluations)
+    evaluations = math.ceil(steps / eval_every)  # evaluated every eval_every steps and at the last
+    return Plan(budget_s=budget_s, spent_s=spent_s, step_s=step_s, eval_s=eval_s, epoch_cap=cap, steps=steps,
+                limited_by=limited_by, evaluations=evaluations, eval_every=eval_every,
+                warmup_steps=round(recipe.warmup_share * steps),
+                planned_s=spent_s + steps * step_s + evaluations * eval_s)
+
+
+# ---------------------------------------------------------------------------- the stages
+def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe) -> None:
+    """Refuse, before any work, a budget that is not a positive number, a family a random model cannot
+    train on alone, a data directory without a train or a dev file, and a max_seq_length the preset's
+    positions do not hold."""
+    number = isinstance(budget_minutes, (int, float)) and not isinstance(budget_minutes, bool)
+    if not (number and math.isfinite(budget_minutes) and budget_minutes > 0):
+        shown = f"{budget_minutes:g}" if number else repr(budget_minutes)
+        raise AlbertlmError(f"--budget must be a positive number of minutes, got {shown}")
+    positions = get_preset(recipe.preset).max_position_embeddings
+    if recipe.finetune.max_seq_length is not None and recipe.finetune.max_seq_length > positions:
+        raise AlbertlmError(f"--max-seq-length {recipe.finetune.max_seq_length}: {recipe.preset} has only {positions} "
+                            "positions")
+    if spec.family.name not in SUPPORTED:
+        raise AlbertlmError(f"task {spec.name}: without --model albertlm trains classification (single sentences, "
+                            f"pairs, regression) and NER tasks, not {spec.family.name.replace('_', ' ')}; give "
+                            "--model DIR (a pretrained model)")
+    for split in ("train", "dev"):
+        if split not in spec.files:
+            raise AlbertlmError(f"task {spec.name} has no {split} split; training without --model needs one")
+        find_file(data_dir, spec.files[split], split)
+
+
+def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, positions: int) -> int:
+    """max_seq_length from the data: the pieces (special tokens included) that `length_quantile` of the
+    training examples fit in, rounded up to a multiple of 32, within [seq_length_min, seq_length_max] and
+    at most the model's `positions`. Measured on at most 2,000 evenly spaced examples; a tagged sentence
+    counts its tokens joined."""
+    sample = examples[::max(1, len(examples) // 2000)][:2000]
+    lengths = []
+    for e in sample:
+        texts = [" ".join(e.tokens)] if hasattr(e, "tokens") else [t for t in (e.text_a, e.text_b) if t]
+        lengths.append(1 + sum(len(tokenizer.encode(t)) + 1 for t in texts))  # [CLS] A [SEP] (B [SEP])
+    wanted = 32 * math.ceil(float(np.quantile(lengths, recipe.length_quantile)) / 32)
+    return int(min(max(wanted, recipe.seq_length_min), recipe.seq_length_max, positions))
+
+
+def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: int, chinese: bool,
+              log: Callable[[str], None]) -> tuple[AlbertConfig, dict[str, Any]]:
+    """Train the vocabulary on the training text and save a random-init model of the preset beside it.
+
+    Returns:
+        (the model's config, a record: the vocabulary asked for and trained, the language, the texts
+        it was trained on, the model's parameters, the seconds of the vocabulary and of the model).
+    """
+    texts = list(example_texts(train_ex))
+    wanted = recipe.vocab_size
+    if chinese:  # one piece per character: room for every character of the text, and more
+        wanted = max(recipe.chinese_vocab_size, len({ch for t in texts for ch in t if not ch.isspace()}) + 1000)
+    start = time.perf_counter()
+    trained = train_tokenizer(texts, base_dir, vocab_size=wanted, chinese=chinese, seed=seed, log=log)
+    vocab_s = time.perf_counter() - start
+    torch.manual_seed(seed)  # torch's global generator, forked by finetune_from_scratch
+    config = get_preset(recipe.preset, vocab_size=trained.vocab_size)
+    model = AlbertForPreTraining(config)
+    start = time.perf_counter()
+    model.save_pretrained(base_dir)
+    record = {"vocab_size": trained.vocab_size, "requested_vocab_size": wanted, "language": "zh" if chinese else "en",
+              "texts": len(texts), "parameters": sum(p.numel() for p in model.parameters()),
+              "vocabulary_s": round(vocab_s, 3), "save_s": time.perf_counter() - start}
+    return config, record
+
+
+def run_baselines(spec: TaskSpec, train_ex: Sequence, dev_ex: Sequence, chinese: bool
+                  ) -> tuple[dict[str, Any] | None, str | None]:
+    """(the headline baseline record (tasks/baselines.headline), None) on the run's own examples, or
+    (None, why there is none: no baseline for the task's shape, or scikit-learn missing)."""
+    shape = baselines_of(spec)
+    if shape is None:
+        return None, f"no count-based baseline for the {spec.family.name} family ({spec.problem_type})"
+    missing = sklearn_missing() if shape.needs_sklearn else None
+    if missing:
+        return None, missing
+    return headline(spec, score_baselines(spec, train_ex, dev_ex, chinese)), None
+
+
+def probe(run: TaskRun, base_dir: Path, base: AlbertConfig, device: torch.device, steps: int
+          ) -> tuple[float, float]:
+    """Time real training steps and one dev evaluation of the run's head on its features.
+
+    The head is built as the run builds it (new_head) and dropped afterwards; its batches come from a
+    generator of its own, so the run's data order is untouched.
+
+    Returns:
+        (seconds per training step, the mean after the first; seconds of one dev evaluation).
+    """
+    from torch.utils.tensorboard import SummaryWriter  # noqa: F401  (its first import is slow: time it here)
+
+    r = run.recipe
+    model = new_head(run, base_dir, base).to(device).train()
+    optimizer = task_optimizer(model, r)
+    loss_fn, count_fn = head_objective(run.spec)
+    batches = batcher(dataclasses.replace(run, rng=np.random.default_rng(r.seed + 1)), device)
+    ctx, settings = DistContext(device=device), step_settings(r)
+    times = []
+    for index in range(steps):
+        start = time.perf_counter()
+        train_step(model, optimizer, batches(index), lr=r.lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
+                   settings=settings)
+        times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    score(model, run.spec, run.dev_ex, run.dev_f, run.labels, run.settings, r.eval_batch_size, device)
+    eval_s = time.perf_counter() - start
+    return float(np.mean(times[1:] if len(times) > 1 else times)), eval_s
+
+
+def recipe_flags(recipe: FinetuneRecipe) -> list[str]:
+    """The `albertlm finetune` flags that give `recipe` (its fields that differ from the defaults)."""
+    flags = []
+    for f in dataclasses.fields(recipe):
+        value, default = getattr(recipe, f.name), f.default
+        if value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        else:
+            flags += [flag, "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)]
+    return flags
+
+
+# ---------------------------------------------------------------------------- the run
+def finetune_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: str | Path,
+                          budget_minutes: float = DEFAULT_BUDGET_MINUTES, recipe: ScratchRecipe = DEFAULT_RECIPE, *,
+                          device: str | torch.device = "cpu", progress: bool = True,
+                          log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train the best model albertlm knows for a task's labelled data alone, inside a time budget.
+
+    Args:
+        task: a task name (tasks/registry.py) or a TaskSpec, of the classification or NER family.
+        data_dir: the task's data directory (train and dev files).
+        out_dir: OUT: the fine-tuned model directory (as `albertlm finetune` writes it), with base/
+            (the vocabulary and the random-init model) and results.json.
+        budget_minutes: wall time for the whole run, every stage included.
+        recipe: the preset, the vocabulary and the fine-tuning settings.
+        device: torch device ("cpu", "cuda", "auto").
+        progress: show a progress bar while fine-tuning.
+        log: receives one line per stage (default: nothing).
+    Returns:
+        Fine-tuning's results plus "from_scratch" (the recipe, the budget, the vocabulary, the probe,
+        the plan, each stage's seconds, the command that repeats the run from OUT/base), "baseline"
+        (tasks/baselines.headline, or None) and "baseline_note" (why there is none, else None).
+    """
+    spec = get_task(task) if isinstance(task, str) else task
+    check_inputs(spec, data_dir, budget_minutes, recipe)
+    out = OutputDir(out_dir, "finetune", SCRATCH_FILES, inputs={"--data": data_dir})
+    device = resolve_device(device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), out.claim():
+        return _from_scratch(spec, data_dir, out, budget_minutes, recipe, device=device, progress=progress,
+                             log=log or (lambda line: None))
+
+
+def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_minutes: float, recipe: ScratchRecipe,
+                  *, device: torch.device, progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    """finetune_from_scratch()'s body, in its claimed OUT and a fork of torch's global generator."""
+    start, budget_s = time.perf_counter(), 60.0 * budget_minutes
+    stages: dict[str, float] = {}
+
+    def stage(name: str, since: float) -> float:
+        stages[name] = round(time.perf_counter() - since, 3)
+        return time.perf_counter()
+
+    removed = out.empty()
+    if removed:
+        log(f"{out.path}: an earlier run's output; starting over (removed its {len(removed)} files and folders)")
+    ft, base_dir = recipe.finetune, out.path / BASE
+    t = time.perf_counter()
+    train_ex = spec.read(data_dir, "train", ft.strict)
+    chinese = is_chinese(train_ex)
+    t = stage("read_s", t)
+    base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log)
+    t = stage("base_s", t)
+    log(f"vocabulary: {vocab['vocab_size']:,} pieces ({'Chinese' if chinese else 'English'}) from {vocab['texts']:,} "
+        f"training texts; {recipe.preset}, random init, {vocab['parameters'] / 1e6:.1f}M parameters: {base_dir}")
+    tokenizer = load_tokenizer(base_dir)
+    if ft.max_seq_length is None:
+        ft = dataclasses.replace(ft, max_seq_length=choose_seq_length(train_ex, tokenizer, recipe,
+                                                                              base.max_position_embeddings))
+    run = prepare_task(spec, data_dir, ft, tokenizer, base)
+    t = stage("features_s", t)
+    baseline, note = run_baselines(spec, run.train_ex, run.dev_ex, chinese)
+    t = stage("baseline_s", t)
+    log(f"baseline: {describe_baseline(baseline, note)}")
+    step_s, eval_s = probe(run, base_dir, base, device, recipe.probe_steps)
+    t = stage("probe_s", t)
+    plan = plan_steps(recipe, budget_s=budget_s, spent_s=time.perf_counter() - start, step_s=step_s,
+                      eval_s=eval_s + vocab["save_s"], train_features=len(run.train_f),
+                      batch_size=run.recipe.batch_size)
+    log(f"plan: {plan.steps:,} steps of {run.recipe.batch_size} at {plan.step_s:.3f} s ("
+        + ("as many as the budget holds" if plan.limited_by == "budget" else f"{recipe.epochs:g} epochs, inside the budget")
+        + f"), {plan.evaluations} dev evaluations at {plan.eval_s:.2f} s; {plan.spent_s:.0f} s of "
+        f"{budget_s:.0f} s used so far")
+    final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every)
+    run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
+    model = new_head(run, base_dir, base)
+    loss_fn, count_fn = head_objective(spec)
+    record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
+              "max_seq_length": run.recipe.max_seq_length,
+              "probe": {"steps": recipe.probe_steps, "step_s": step_s, "eval_s": eval_s},
+              "plan": dataclasses.asdict(plan),
+              "reproduce": ["albertlm", "finetune", "--task", spec.name, "--model", str(base_dir), "--data",
+                            str(data_dir), *recipe_flags(run.recipe)]}
+    start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe), "from_scratch": record})
+    results = train_task(run, model.to(device).train(), tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn,
+                         device=device, progress=progress, record={"model_dir": str(base_dir)})
+    stage("train_s", t)
+    stages["total_s"] = round(time.perf_counter() - start, 3)
+    results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
+    atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
+    return results
+
+
+# ---------------------------------------------------------------------------- the terminal
+def describe_baseline(baseline: dict[str, Any] | None, note: str | None) -> str:
+    """One line: the headline baseline's dev score and its floor's, x100 as `albertlm evaluate` prints them."""
+    if baseline is None:
+        return f"not computed: {note}"
+
+    def shown(row: dict[str, Any]) -> str:
+        value = "undefined (constant)" if row["value"] is None else f"{100 * row['value']:.2f}"
+        return f"{row['name']} {value} ({BASELINES[row['name']]})"
+
+    return f"dev {baseline['metric']} {shown(baseline)}, {shown(baseline['floor'])}"
+
+
+def format_scratch(results: dict[str, Any]) -> str:
+    """The lines printed after fine-tuning's table: the baseline beside the model's dev score, the budget."""
+    s, metric = results["from_scratch"], results["main_metric"]
+    model = 100 * results["best"].get(metric, float("nan"))
+    lines = [f"{s['recipe']['preset']} from scratch: dev {metric} {model:.2f}",
+             f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
+    if results["baseline"] is not None and results["baseline"]["value"] is not None \
+            and results["baseline"]["value"] > results["best"].get(metric, float("-inf")):
+        lines.append("the count-based baseline beats the model on dev: a longer --budget may close the gap; until "
+                     "then the baseline is the better choice for this data")
+    total = s["stages"]["total_s"]
+    lines.append(f"budget {s['budget_minutes']:g} min: used {total / 60:.1f} min ({s['plan']['steps']:,} steps, "
+                 f"limited by the {'budget' if s['plan']['limited_by'] == 'budget' else 'epoch cap'}); "
+                 f"vocabulary and random-init base: {results['model_dir']}")
+    return "\n".join(lines)

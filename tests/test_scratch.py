@@ -1,0 +1,322 @@
+"""`albertlm finetune` without --model (train/scratch.py) on tiny synthetic data, one run per family:
+a task vocabulary, a random model, the count-based baseline beside the dev score, steps planned from
+a timed probe to fit the budget; the output loads and evaluates, the base repeats the run exactly,
+a rerun starts over, and every refusal is one line before any work."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from albertlm.cli import main
+from albertlm.errors import AlbertlmError
+from albertlm.heads import HEADS
+from albertlm.tasks.registry import get_task
+from albertlm.train import scratch
+from albertlm.train.metrics import read_metrics
+from albertlm.train.scratch import DEFAULT_RECIPE, ScratchRecipe, plan_steps
+
+from test_finetune import PEOPLE, write_conll, write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
+
+HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
+SMALL = dataclasses.replace(DEFAULT_RECIPE, name="test-small", preset="test", probe_steps=3)
+"""The default recipe on the `test` preset: each run takes a second or two."""
+BUDGET = "0.2"  # minutes
+
+
+def write_rte(d: Path, r: random.Random) -> None:
+    """A pair task (RTE's layout): entailment when both sentences name the same person."""
+    for split, n in (("train", 200), ("dev", 40)):
+        rows = ["index\tsentence1\tsentence2\tlabel"]
+        for i in range(n):
+            a, b = r.sample(PEOPLE, 2)
+            same = r.random() < 0.5
+            rows.append(f"{i}\t{a} went home .\tit was {a if same else b} .\t"
+                        f"{'entailment' if same else 'not_entailment'}")
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+
+
+def write_chnsenticorp(d: Path, r: random.Random) -> None:
+    pos, neg, fill = "好棒赞美", "差烂坏糟", "这个酒店房间服务早餐位置价格"
+    for split, n in (("train", 200), ("dev", 40)):
+        rows = ["label\ttext_a"]
+        for _ in range(n):
+            y = r.randint(0, 1)
+            rows.append(f"{y}\t{''.join([*r.choices(fill, k=6), r.choice(pos if y else neg), *r.choices(fill, k=3)])}")
+        (d / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+
+
+FAMILIES = {  # task -> (writer, a line for `albertlm predict`)
+    "sst-2": (write_sst, "the movie was great fun ."),
+    "rte": (write_rte, "john went home .\tit was john ."),
+    "sts-b": (write_stsb, "good great film\tthe film was good ."),
+    "conll2003": (write_conll, "john went to paris ."),
+    "chnsenticorp": (write_chnsenticorp, "这个酒店很好"),
+}
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, one_thread) -> dict[str, tuple[Path, Path, dict, str, str]]:
+    """One run per family through the CLI: task -> (data, OUT, results.json, stdout, stderr)."""
+    out = {}
+    mp = pytest.MonkeyPatch()
+    mp.setattr(scratch, "DEFAULT_RECIPE", SMALL)
+    try:  # capsys is function-scoped: capture by hand
+        for task, (writer, _) in FAMILIES.items():
+            data = tmp_path_factory.mktemp(f"data-{task}")
+            writer(data, random.Random(len(task)))
+            target = tmp_path_factory.mktemp(f"out-{task}") / "out"
+            stdout, stderr = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                code = main(["finetune", "--task", task, "--data", str(data), "--out", str(target), "--budget", BUDGET,
+                             "--no-progress", "--device", "cpu"])
+            assert code == 0, stderr.getvalue()
+            results = json.loads((target / "results.json").read_text())
+            out[task] = (data, target, results, stdout.getvalue(), stderr.getvalue())
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_output_is_a_fine_tuned_directory_with_its_base(runs, task, capsys):
+    data, out, results, _, _ = runs[task]
+    for name in ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json", "results.json",
+                 "metrics.jsonl", "recipe.json"):
+        assert (out / name).is_file(), name
+    for name in ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"):
+        assert (out / "base" / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    spec = get_task(task)
+    assert config["architectures"] == [spec.family.head] and config["finetuning_task"] == task
+    assert json.loads((out / "base" / "config.json").read_text())["architectures"] == ["AlbertForPreTraining"]
+    assert results["model_dir"] == str(out / "base")
+    # it evaluates to the best dev score the run recorded, and predicts
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--json", "--device", "cpu"]) == 0
+    scored = json.loads(capsys.readouterr().out)["metrics"]
+    assert scored[spec.main_metric] == pytest.approx(results["best"][spec.main_metric], abs=1e-6)
+    line = out.parent / "in.txt"
+    line.write_text(FAMILIES[task][1] + "\n")
+    assert main(["predict", "--model", str(out), str(line), "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.strip()
+    assert HEADS[spec.family.head].from_pretrained(out).config.extra["finetuning_task"] == task
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_output_loads_in_transformers(runs, task):
+    tf = pytest.importorskip("transformers")
+    _, out, _, _, _ = runs[task]
+    model, info = getattr(tf, get_task(task).family.head).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+def test_the_vocabulary_follows_the_language(runs):
+    assert runs["chnsenticorp"][2]["from_scratch"]["vocabulary"]["language"] == "zh"
+    assert json.loads((runs["chnsenticorp"][1] / "base" / "tokenizer_config.json").read_text())["albertlm"]["chinese"]
+    for task in ("sst-2", "rte", "sts-b", "conll2003"):
+        vocab = runs[task][2]["from_scratch"]["vocabulary"]
+        assert vocab["language"] == "en" and vocab["requested_vocab_size"] == 8000
+        assert vocab["vocab_size"] < 8000  # the tiny text supports fewer pieces
+        assert json.loads((runs[task][1] / "base" / "config.json").read_text())["vocab_size"] == vocab["vocab_size"]
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_baseline_is_printed_and_recorded(runs, task):
+    _, _, results, stdout, stderr = runs[task]
+    best = {"sst-2": "tfidf_lr", "rte": "tfidf_lr", "chnsenticorp": "tfidf_lr", "sts-b": "ridge",
+            "conll2003": "type_lookup"}[task]
+    floor = {"sts-b": "mean", "conll2003": "all_o"}.get(task, "majority")
+    assert "count-based baseline, same split: " in stdout and "baseline: " in stderr
+    if not HAVE_SKLEARN and task != "conll2003":  # the lookup taggers need no scikit-learn
+        assert results["baseline"] is None and "albertlm[bench]" in results["baseline_note"]
+        return
+    b = results["baseline"]
+    assert results["baseline_note"] is None
+    assert (b["name"], b["floor"]["name"], b["metric"]) == (best, floor, results["main_metric"])
+    assert f"{best} {100 * b['value']:.2f}" in stdout
+    if task == "sts-b":  # a constant has no correlation
+        assert b["floor"]["value"] is None and "undefined" in stdout
+    else:
+        assert f"{floor} {100 * b['floor']['value']:.2f}" in stdout
+    assert 0 <= b["value"] <= 1 and set(b["all"]) >= {best, floor}
+
+
+@pytest.mark.parametrize("task", FAMILIES)
+def test_the_plan_fits_the_budget(runs, task):
+    _, out, results, stdout, _ = runs[task]
+    s = results["from_scratch"]
+    plan, recipe = s["plan"], results["recipe"]
+    assert s["budget_minutes"] == float(BUDGET) and plan["budget_s"] == pytest.approx(60 * float(BUDGET))
+    assert plan["step_s"] == s["probe"]["step_s"] > 0 and plan["eval_s"] >= s["probe"]["eval_s"] > 0
+    assert plan["planned_s"] == pytest.approx(plan["spent_s"] + plan["steps"] * plan["step_s"]
+                                              + plan["evaluations"] * plan["eval_s"])
+    assert plan["planned_s"] <= plan["budget_s"] * (1 - SMALL.reserve) + 1e-9
+    assert plan["epoch_cap"] == -(-results["train_features"] * 3 // 32)
+    assert plan["steps"] <= plan["epoch_cap"] and (plan["limited_by"] == "epochs") == (plan["steps"] == plan["epoch_cap"])
+    # the run took exactly the planned steps, warmup and evaluations
+    assert results["steps"] == recipe["steps"] == plan["steps"]
+    assert recipe["warmup_steps"] == plan["warmup_steps"] == round(0.1 * plan["steps"])
+    assert recipe["eval_every"] == plan["eval_every"] and len(results["dev_curve"]) == plan["evaluations"]
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "eval"] == [
+        step for step, _ in results["dev_curve"]]
+    assert set(s["stages"]) == {"read_s", "base_s", "features_s", "baseline_s", "probe_s", "train_s", "total_s"}
+    assert s["recipe"]["name"] == "test-small" and recipe["lr"] == 3e-4 and recipe["batch_size"] == 32
+    assert f"budget {float(BUDGET):g} min: used " in stdout
+
+
+def test_plan_steps_by_budget_epochs_and_dev_size():
+    r = DEFAULT_RECIPE
+    by_budget = plan_steps(r, budget_s=600, spent_s=50, step_s=0.5, eval_s=2, train_features=100_000, batch_size=32)
+    left = 600 * 0.95 - 50
+    assert by_budget.limited_by == "budget" and by_budget.evaluations == 10
+    assert by_budget.steps == int((left - 10 * 2) / 0.5) and by_budget.planned_s <= 600 * 0.95
+    assert by_budget.warmup_steps == round(0.1 * by_budget.steps) and by_budget.eval_every == -(-by_budget.steps // 10)
+    by_epochs = plan_steps(r, budget_s=600, spent_s=50, step_s=0.5, eval_s=2, train_features=320, batch_size=32)
+    assert (by_epochs.steps, by_epochs.limited_by, by_epochs.eval_every, by_epochs.evaluations) == (30, "epochs", 3, 10)
+    # a dev set whose evaluation is slow gets fewer evaluations: at most a quarter of the training time
+    slow = plan_steps(r, budget_s=600, spent_s=50, step_s=0.5, eval_s=40, train_features=100_000, batch_size=32)
+    assert slow.evaluations == 3 and slow.evaluations * 40 <= 0.25 * left and slow.planned_s <= 600 * 0.95
+    with pytest.raises(AlbertlmError, match="--budget 1 minutes is too small: the setup took 58.0 s"):
+        plan_steps(r, budget_s=60, spent_s=58, step_s=0.5, eval_s=2, train_features=100, batch_size=32)
+
+
+def test_the_base_repeats_the_run_exactly(runs, tmp_path, capsys):
+    """The recorded command from OUT/base (plain `finetune --model`) takes the same steps: same losses, same weights."""
+    data, out, results, _, _ = runs["sst-2"]
+    command = results["from_scratch"]["reproduce"]
+    assert command[:2] == ["albertlm", "finetune"] and command[command.index("--model") + 1] == str(out / "base")
+    assert main(command[1:] + ["--out", str(tmp_path / "again"), "--no-progress", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert again["recipe"] == results["recipe"] and again["dev_curve"] == results["dev_curve"]
+
+    def losses(path):
+        return [r["loss"] for r in read_metrics(path / "metrics.jsonl") if r["split"] == "train"]
+
+    assert losses(tmp_path / "again") == losses(out)
+    a, b = load_file(out / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
+    """albert-tiny itself, on a training set small enough for its three-epoch cap to take a few steps."""
+    r = random.Random(7)
+    write_sst(tmp_path, r)
+    lines = (tmp_path / "train.tsv").read_text().splitlines()
+    (tmp_path / "train.tsv").write_text("\n".join(lines[:65]) + "\n")  # 64 examples: 6 steps of 32
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), "--budget", "0.5",
+                 "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    s = results["from_scratch"]
+    assert s["recipe"] == json.loads(json.dumps(dataclasses.asdict(DEFAULT_RECIPE)))
+    assert json.loads((out / "base" / "config.json").read_text())["hidden_size"] == 312  # albert-tiny
+    assert s["plan"]["steps"] == 6 and s["plan"]["limited_by"] == "epochs" and results["steps"] == 6
+    assert s["max_seq_length"] == 64 and "albert-tiny from scratch: dev accuracy " in printed
+
+
+def test_rerun_starts_over_and_plain_finetune_does_not_mix(runs, tmp_path, capsys, monkeypatch, one_thread):
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", SMALL)
+    data_sst, data_ner = tmp_path / "sst", tmp_path / "ner"
+    data_sst.mkdir()
+    data_ner.mkdir()
+    write_sst(data_sst, random.Random(1))
+    write_conll(data_ner, random.Random(2))
+    out = tmp_path / "out"
+    run = ["finetune", "--data", "--out", str(out), "--budget", BUDGET, "--no-progress", "--device", "cpu"]
+    assert main([run[0], "--task", "sst-2", run[1], str(data_sst), *run[2:]]) == 0
+    assert (out / "predictions_dev.tsv").is_file()
+    assert main([run[0], "--task", "conll2003", run[1], str(data_ner), *run[2:]]) == 0
+    assert "starting over" in capsys.readouterr().err
+    assert not (out / "predictions_dev.tsv").exists() and (out / "predictions_dev.txt").is_file()
+    assert json.loads((out / "results.json").read_text())["task"] == "conll2003"
+    # fine-tuning another model into it would leave base/ beside a model that did not start from it
+    before = sorted(p.name for p in out.iterdir())
+    assert main(["finetune", "--task", "conll2003", "--model", str(runs["conll2003"][1] / "base"), "--data",
+                 str(data_ner), "--out", str(out), "--steps", "2"]) == 2
+    assert "holds files albertlm finetune did not write (base)" in one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in out.iterdir()) == before
+    # and a directory holding someone else's files is refused before any work
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    assert main([run[0], "--task", "sst-2", run[1], str(data_sst), "--out", str(tmp_path / "mine")]) == 2
+    assert "holds files albertlm did not write (notes.txt)" in one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+
+
+def test_without_scikit_learn_the_baseline_says_how_to_get_it(tmp_path, capsys, monkeypatch, one_thread):
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", SMALL)
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # `import sklearn` raises ImportError
+    write_sst(tmp_path, random.Random(3))
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--budget",
+                 BUDGET, "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["baseline"] is None
+    assert results["baseline_note"].startswith("scikit-learn is not installed: pip install 'albertlm[bench]'")
+    assert "count-based baseline, same split: not computed: scikit-learn is not installed: pip install " in printed
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--task", "sst-2", "--budget", "0"], "--budget must be a positive number of minutes, got 0"),
+    (["--task", "sst-2", "--budget", "-3"], "--budget must be a positive number of minutes, got -3"),
+    (["--task", "squad-v1.1"], "task squad-v1.1: without --model albertlm trains classification (single sentences, "
+                               "pairs, regression) and NER tasks, not qa; give --model DIR"),
+    (["--task", "race"], "not multiple choice; give --model DIR"),
+    (["--task", "sst-2"], "no train file (looked for train.tsv)"),
+    (["--task", "sst-2", "--steps", "10"], "--steps: without --model the budget sets the steps, warmup and evaluations"),
+    (["--task", "sst-2", "--warmup-steps", "10"], "--warmup-steps: without --model the budget sets"),
+    (["--task", "sst-2", "--max-seq-length", "1024"], "--max-seq-length 1024: albert-tiny has only 512 positions"),
+    (["--task", "sst-2", "--model", "m", "--budget", "5"], "--budget sizes a run without --model"),
+])
+def test_refusals_are_one_line_before_any_work(tmp_path, capsys, flags, message):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dev.tsv").write_text("sentence\tlabel\ngood .\t1\n")  # no train split
+    out = tmp_path / "out"
+    assert main(["finetune", "--data", str(tmp_path / "data"), "--out", str(out), *flags]) == 2
+    assert message in one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_the_recipe_is_checked():
+    with pytest.raises(AlbertlmError, match="unknown"):
+        ScratchRecipe(name="x", preset="albert-nope")
+    with pytest.raises(AlbertlmError, match="steps: the budget sets"):
+        ScratchRecipe(name="x", finetune=dataclasses.replace(DEFAULT_RECIPE.finetune, steps=5))
+    with pytest.raises(AlbertlmError, match="eval_share"):
+        ScratchRecipe(name="x", eval_share=1.5)
+    assert DEFAULT_RECIPE.with_finetune(lr=1e-3, seed=2).finetune.lr == 1e-3
+
+
+def test_seq_length_comes_from_the_data():
+    from albertlm.tasks.glue import TextExample
+
+    class Pieces:  # one piece per character
+        def encode(self, text):
+            return np.zeros(len(text), dtype=np.int32)
+
+    short = [TextExample(str(i), "x" * 10) for i in range(100)]
+    long = [TextExample(str(i), "x" * 100, "y" * 20) for i in range(100)]
+    middle = [TextExample(str(i), "x" * 70) for i in range(100)]
+    assert scratch.choose_seq_length(short, Pieces(), DEFAULT_RECIPE, 512) == 64
+    assert scratch.choose_seq_length(middle, Pieces(), DEFAULT_RECIPE, 512) == 96  # 72 pieces, to a multiple of 32
+    assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 512) == 128
+    assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 64) == 64  # the model's positions
