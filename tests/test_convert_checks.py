@@ -110,6 +110,23 @@ def test_the_lock_is_held_until_the_new_directory_is_in_place(tmp_path, monkeypa
         pass
 
 
+def test_the_converted_directory_gets_the_umasks_mode_or_keeps_its_own(tmp_path):
+    """The directory is built in a temporary (mkdtemp makes it 0700): put in place, it must have the
+    mode mkdir gives under the umask, so another user can read the model, or an existing DST's own."""
+    old = os.umask(0o022)
+    try:
+        convert(FIXTURES / "google", tmp_path / "new")
+        assert (tmp_path / "new").stat().st_mode & 0o7777 == 0o755
+        (tmp_path / "mine").mkdir()
+        os.chmod(tmp_path / "mine", 0o750)  # a user's empty directory keeps the mode they gave it
+        convert(FIXTURES / "google", tmp_path / "mine")
+        assert (tmp_path / "mine").stat().st_mode & 0o7777 == 0o750
+        convert(FIXTURES / "google", tmp_path / "mine", to="tf", force=True)
+        assert (tmp_path / "mine").stat().st_mode & 0o7777 == 0o750
+    finally:
+        os.umask(old)
+
+
 def test_a_busy_destination_is_refused(tmp_path):
     out = tmp_path / "out"
     convert(FIXTURES / "google", out)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -396,9 +397,10 @@ def describe(config: AlbertConfig) -> str:
 class _Staging:
     """Claim DST, build the output in a temporary sibling, then put it in place as a whole.
 
-    DST is claimed first (`OutputDir.claim`: created, marked, locked). The finished temporary gets
-    the marker and a lock of its own, then `utils.replace_directory` swaps it in: DST holds the
-    earlier conversion or the new one, never a mix, and is locked throughout. On any error only the
+    DST is claimed first (`OutputDir.claim`: created, marked, locked). The temporary gets DST's mode
+    (the umask's for a new DST); once finished, the marker and a lock of its own, then
+    `utils.replace_directory` swaps it in: DST holds the earlier conversion or the new one, never a
+    mix, and is locked throughout. On any error only the
     temporary is removed, with a DST this run created (still empty); an OSError names the file's
     place in DST rather than in the temporary.
     """
@@ -412,6 +414,7 @@ class _Staging:
         self.held = self.out.claim()
         try:
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+            os.chmod(self.tmp, stat.S_IMODE(self.dst.stat().st_mode))  # mkdtemp's 0700 would lock others out
         except BaseException:
             self._release()
             raise
