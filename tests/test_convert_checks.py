@@ -155,6 +155,27 @@ def test_a_failed_write_leaves_the_earlier_conversion_and_no_new_directory(tmp_p
     assert not (tmp_path / "new").exists() and _no_temporaries(tmp_path)
 
 
+def test_a_failed_conversion_removes_the_directory_it_created_before_unlocking_it(tmp_path, monkeypatch):
+    """Removed after the lock's release, the new DST could meanwhile be claimed by a second convert,
+    whose directory (marker and lock) would then be deleted under it."""
+    out = tmp_path / "new"
+    real_exit, seen = RunLock.__exit__, []
+
+    def release(self, *exc):
+        if self.run_dir == out:
+            seen.append(os.path.lexists(out))
+        real_exit(self, *exc)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLock, "__exit__", release)
+    monkeypatch.setattr(convert_module, "atomic_write_text", full)
+    with pytest.raises(OSError):
+        convert(FIXTURES / "google", out, to="tf")
+    assert seen == [False] and not out.exists()
+
+
 def test_a_link_to_nothing_is_one_line(tmp_path, capsys):
     """CD08."""
     (tmp_path / "out").symlink_to(tmp_path / "nowhere")

@@ -436,9 +436,11 @@ class _Staging:
             raise self._named(exc) from None
 
     def _release(self, failed: bool = True) -> None:
-        self.held.__exit__(None, None, None)
-        if failed and self.created and self.dst.is_dir() and {p.name for p in self.dst.iterdir()} <= _BOOKKEEPING:
-            shutil.rmtree(self.dst)  # only our marker and lock: the directory this run created
+        try:  # removed while still locked: once released, a second convert may claim it
+            if failed and self.created and self.dst.is_dir() and {p.name for p in self.dst.iterdir()} <= _BOOKKEEPING:
+                shutil.rmtree(self.dst)  # only our marker and lock: the directory this run created
+        finally:
+            self.held.__exit__(None, None, None)
 
     def _named(self, exc: OSError) -> OSError:
         """The error with paths inside the temporary moved to DST, and DST named when it named nothing."""
