@@ -360,6 +360,34 @@ def test_replace_directory_swaps_a_whole_directory(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst"]
 
 
+def test_replace_directory_without_an_atomic_exchange_puts_the_old_one_back_on_failure(tmp_path, monkeypatch):
+    """Where renameat2 cannot exchange (another OS, some file systems), DST is moved aside and the new
+    directory renamed in; if that rename fails, DST must be back where it was, not left aside."""
+    import albertlm.utils as utils
+
+    monkeypatch.setattr(utils, "_exchange", lambda a, b: False)
+    dst, new = tmp_path / "dst", tmp_path / "new"
+    for d, name in ((dst, "old.txt"), (new, "config.json")):
+        d.mkdir()
+        (d / name).write_text(name)
+    real = os.replace
+
+    def fails_for_new(src, target):
+        if Path(src) == new:
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), str(target))
+        real(src, target)
+
+    monkeypatch.setattr(os, "replace", fails_for_new)
+    with pytest.raises(OSError):
+        replace_directory(new, dst)
+    assert (dst / "old.txt").read_text() == "old.txt" and (new / "config.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "new"]
+    monkeypatch.setattr(os, "replace", real)
+    replace_directory(new, dst)
+    assert sorted(p.name for p in dst.iterdir()) == ["config.json"] and not new.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst"]
+
+
 # ---------------------------------------------------------------------------- pretrain's names and defaults
 def test_pretrain_refuses_an_empty_name(tmp_path, capsys):
     assert main(["pretrain", "--preset", "test", "--corpus", str(_small_corpus(tmp_path)), "--out-dir",

@@ -78,7 +78,11 @@ def replace_directory(new: str | os.PathLike, dst: str | os.PathLike) -> None:
         aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
         os.rmdir(aside)
         os.replace(dst, aside)
-        os.replace(new, dst)
+        try:
+            os.replace(new, dst)
+        except BaseException:
+            os.replace(aside, dst)  # the earlier directory back in place, not left under a hidden name
+            raise
         new = aside
     fsync_directory(dst.parent)
     shutil.rmtree(new)
