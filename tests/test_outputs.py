@@ -255,6 +255,22 @@ def test_render_on_a_full_disk_leaves_report_md_as_it_was(tmp_path, monkeypatch,
     assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.json"]  # no temporary left
 
 
+def test_an_os_error_with_only_a_message_keeps_it_on_one_line(monkeypatch, capsys):
+    """Libraries raise OSError("text") (no errno, no strerror): the line must carry the text, not "OSError"."""
+    import albertlm.analysis.report as report
+
+    def fails(out_dir):
+        raise OSError("cannot identify image file 'speed.png'\nsecond line")
+
+    monkeypatch.setattr(report, "render_results", fails)
+    assert main(["report", "--render", "--out", "x"]) == 2
+    _one_line_error(capsys, "error: cannot identify image file 'speed.png' second line")
+    monkeypatch.setattr(report, "render_results", lambda out: (_ for _ in ()).throw(
+        OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "x/report.md")))
+    assert main(["report", "--render", "--out", "x"]) == 2
+    _one_line_error(capsys, "disk quota exceeded writing x/report.md", "intact")
+
+
 def test_render_into_a_directory_named_report_md_is_one_line(tmp_path, capsys):
     out = _committed_report(tmp_path)
     (out / "report.md").unlink()
