@@ -255,6 +255,24 @@ def test_render_on_a_full_disk_leaves_report_md_as_it_was(tmp_path, monkeypatch,
     assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.json"]  # no temporary left
 
 
+@pytest.mark.parametrize("named", [None, "temporary"])
+def test_a_full_disk_names_the_file_not_its_temporary(tmp_path, monkeypatch, capsys, named):
+    """The kernel's write() error names no file, open()'s names the temporary: either way the line
+    names report.md, the file the user asked for."""
+    out = _committed_report(tmp_path)
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        if self.name.startswith(".report.md."):
+            raise OSError(errno.ENOSPC, "No space left on device", *([str(self)] if named else []))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert main(["report", "--render", "--out", str(out)]) == 2
+    _one_line_error(capsys, f"no space left on the device writing {out / 'report.md'}; ")
+    assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.json"]
+
+
 def test_an_os_error_with_only_a_message_keeps_it_on_one_line(monkeypatch, capsys):
     """Libraries raise OSError("text") (no errno, no strerror): the line must carry the text, not "OSError"."""
     import albertlm.analysis.report as report

@@ -31,7 +31,7 @@ from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import MODEL_FILES, OUT_MARKER, OutputDir
 from albertlm.rundir import LOCK, OWNER, RunLock
 from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, VOCAB_FILE
-from albertlm.utils import atomic_write_bytes, atomic_write_text, replace_directory
+from albertlm.utils import atomic_write_bytes, atomic_write_text, os_error_naming, replace_directory
 
 TF_PREFIX_NAME = "model.ckpt"
 """Prefix of the TF1 checkpoint `to="tf"` writes."""
@@ -255,13 +255,9 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
 
 
 def _copy(src: Path, dst: Path) -> None:
-    """Copy a file through the atomic writer. An error writing names `dst` (shutil.copyfile's
-    names the source, so a full disk would blame the file being read)."""
-    data = src.read_bytes()
-    try:
-        atomic_write_bytes(dst, data)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(dst)) from None
+    """Copy a file through the atomic writer, whose errors name `dst` (shutil.copyfile's name the
+    source, so a full disk would blame the file being read)."""
+    atomic_write_bytes(dst, src.read_bytes())
 
 
 def _options_file(vocabulary: Path) -> Path | None:
@@ -448,7 +444,4 @@ class _Staging:
             if not isinstance(name, str) or not Path(name).is_relative_to(self.tmp):
                 return name
             return str(self.out.path / Path(name).relative_to(self.tmp))
-        if exc.errno is None:
-            return exc
-        return OSError(exc.errno, exc.strerror, final(exc.filename) or str(self.out.path), None,
-                       final(exc.filename2))
+        return os_error_naming(exc, final(exc.filename) or self.out.path, final(exc.filename2))

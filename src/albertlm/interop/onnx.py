@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
+from albertlm.utils import os_error_naming
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -61,7 +62,7 @@ def scratch_beside(path: str | os.PathLike) -> Iterator[Path]:
         inside = exc.filename is None or str(exc.filename).startswith(str(path.parent / f".{path.name}."))
         if exc.errno is None or not inside:
             raise
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise os_error_naming(exc, path) from None
 
 
 _NOISE_LOGGERS = ("torch.onnx._internal.exporter._registration", "")  # "": the root logger
