@@ -313,6 +313,23 @@ def test_render_into_a_directory_named_report_md_is_one_line(tmp_path, capsys):
     _one_line_error(capsys, "report.md", "a directory")
 
 
+def test_a_figure_is_written_atomically_and_never_through_a_link(tmp_path):
+    """A report directory may hold any *.png: a figure's name that is a link to a file elsewhere is
+    replaced by the figure, and the file it pointed to is left as it was."""
+    from albertlm.analysis.figures import plot_curves
+
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"my picture")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "training_curves.png").symlink_to(mine)
+    plot_curves({"run": [(1, 2.0), (2, 1.5)]}, out / "training_curves.png")
+    assert mine.read_bytes() == b"my picture"
+    figure = out / "training_curves.png"
+    assert not figure.is_symlink() and figure.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in out.iterdir()) == ["training_curves.png"]
+
+
 def test_tokenizer_train_refuses_to_replace_a_vocabulary_it_did_not_write(tmp_path, base, sst, capsys):
     out = tmp_path / "utk"
     out.mkdir()
