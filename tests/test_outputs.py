@@ -246,6 +246,24 @@ def test_report_never_replaces_a_study_directory_holding_other_files(tmp_path, m
     assert (out / "study" / "thesis.tex").read_text() == "t\n"
 
 
+@pytest.mark.parametrize("where", ["runs/notes.txt", "runs/e16-all-s0/thesis.tex", "shared/sop/mine.csv"])
+def test_report_never_replaces_a_study_holding_a_file_deeper_down(tmp_path, monkeypatch, capsys, where):
+    """study/ is deleted as a whole: a user's file in runs/, in one run or in shared/ is refused too."""
+    import albertlm.analysis.report as report
+
+    out = tmp_path / "rq3"
+    OutputDir(out, "report", report.REPORT_FILES).claim().__exit__(None, None, None)
+    for run in ("runs/e16-all-s0", "shared/sop"):  # what the study writes: pretraining directories
+        (out / "study" / run / "model").mkdir(parents=True)
+        (out / "study" / run / MARKER).write_text("{}\n")
+    (out / "study" / where).write_text("t\n")
+    monkeypatch.setattr(report, "_run_report", lambda *a, **k: pytest.fail("the report ran"))
+    assert main(["report", "--quick", "--out", str(out), "--threads", "1", "--steps", "2", "--seeds", "1",
+                 "--corpus", str(_small_corpus(tmp_path))]) == 2
+    _one_line_error(capsys, "holds files the study did not write", where)
+    assert (out / "study" / where).read_text() == "t\n"
+
+
 def _committed_report(tmp_path: Path) -> Path:
     out = tmp_path / "r"
     out.mkdir()
