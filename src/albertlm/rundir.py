@@ -148,7 +148,9 @@ class RunLock:
         except Timeout:
             raise AlbertlmError(f"{self.run_dir}: in use by another run ({self._holder()}); wait for it to "
                                 f"finish or {self.hint}") from None
-        (self.run_dir / OWNER).write_text(json.dumps({
+        owner = self.run_dir / OWNER
+        owner.unlink(missing_ok=True)  # a link there is removed, never written through
+        owner.write_text(json.dumps({
             "pid": os.getpid(), "host": socket.gethostname(),
             "started": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
         return self
