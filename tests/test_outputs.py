@@ -144,6 +144,28 @@ def test_a_rerun_replaces_its_own_outputs_but_not_a_file_added_since(tmp_path, b
     _one_line_error(capsys, "written by albertlm finetune")
 
 
+def test_a_rerun_that_stops_early_leaves_none_of_the_earlier_runs_results(tmp_path, base, sst, monkeypatch, capsys):
+    """A rerun into its own output replaces it: stopped before its end, it must not leave the earlier
+    run's results.json and best model beside its own recipe.json, nor TensorBoard curves of both runs."""
+    import albertlm.train.finetune as finetune_module
+
+    out = tmp_path / "again"
+    args = ["finetune", "--task", "sst-2", "--model", str(base), "--data", str(sst), "--out", str(out), *FT_ARGS]
+    assert main([*args, "--seed", "1"]) == 0
+    (out / "tensorboard" / "mine.txt").write_text("t\n")  # a file of the user's in there stays
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune_module, "run_steps", interrupted)
+    assert main([*args, "--seed", "2"]) == 130
+    assert json.loads((out / "recipe.json").read_text())["seed"] == 2
+    left = sorted(p.name for p in out.iterdir() if not p.name.startswith(".albertlm"))
+    assert left == ["metrics.jsonl", "recipe.json", "tensorboard"], left
+    assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 1  # this run's own
+    assert (out / "tensorboard" / "mine.txt").read_text() == "t\n"
+
+
 @pytest.mark.parametrize("layout", ["metrics-dir", "tensorboard-file", "model-dir"])
 def test_finetune_refuses_an_output_with_our_names_in_the_wrong_kind(tmp_path, base, sst, capsys, layout):
     out = tmp_path / "o"

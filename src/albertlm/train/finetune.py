@@ -15,6 +15,7 @@ what the paper reports (Table 14 note), and it loads in transformers' class of t
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 import time
@@ -361,10 +362,28 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
     return TaskRun(spec, recipe.resolve(spec, len(train_f)), settings, labels, train_ex, dev_ex, train_f, dev_f, rng)
 
 
+KEPT_ON_RERUN = ("teacher_logits*",)
+"""What a rerun keeps of its earlier output: distillation's teacher-logit cache (keyed by its inputs
+and verified by its sha256 before it is reused)."""
+
+
 def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
-    """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()): recipe.json, and a new
-    metrics.jsonl (a rerun into its own earlier output replaces that output's records)."""
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()), then write recipe.json.
+
+    A rerun into its own earlier output first removes that output's files (`FINETUNE_FILES`: model,
+    records, predictions, the TensorBoard event files; not `KEPT_ON_RERUN`), so a run that stops
+    early never leaves the earlier run's results and model beside its own recipe.json, nor TensorBoard
+    curves of two runs in one. A directory at a file's name is left alone (writing there names it).
+    """
+    for entry in out_dir.iterdir():
+        if (not any(fnmatch.fnmatchcase(entry.name, p) for p in FINETUNE_FILES)
+                or any(fnmatch.fnmatchcase(entry.name, p) for p in KEPT_ON_RERUN)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            for event in entry.glob("events.out.tfevents.*") if entry.name == "tensorboard" else ():
+                event.unlink()
+            continue
+        entry.unlink()
     atomic_write_text(out_dir / "recipe.json", json.dumps(recipe_record, indent=2))
 
 
