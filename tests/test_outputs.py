@@ -152,7 +152,8 @@ def test_a_rerun_that_stops_early_leaves_none_of_the_earlier_runs_results(tmp_pa
     out = tmp_path / "again"
     args = ["finetune", "--task", "sst-2", "--model", str(base), "--data", str(sst), "--out", str(out), *FT_ARGS]
     assert main([*args, "--seed", "1"]) == 0
-    (out / "tensorboard" / "mine.txt").write_text("t\n")  # a file of the user's in there stays
+    (out / "tensorboard" / "mine.txt").write_text("t\n")  # files of the user's stay
+    (out / "predictions_test.tsv").write_text("albertlm predict wrote this\n")
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -161,7 +162,7 @@ def test_a_rerun_that_stops_early_leaves_none_of_the_earlier_runs_results(tmp_pa
     assert main([*args, "--seed", "2"]) == 130
     assert json.loads((out / "recipe.json").read_text())["seed"] == 2
     left = sorted(p.name for p in out.iterdir() if not p.name.startswith(".albertlm"))
-    assert left == ["metrics.jsonl", "recipe.json", "tensorboard"], left
+    assert left == ["metrics.jsonl", "predictions_test.tsv", "recipe.json", "tensorboard"], left
     assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 1  # this run's own
     assert (out / "tensorboard" / "mine.txt").read_text() == "t\n"
 
