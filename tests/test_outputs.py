@@ -20,7 +20,7 @@ import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
-from albertlm.outputs import OUT_MARKER, OutputDir, check_not_input
+from albertlm.outputs import FINETUNE_FILES, OUT_MARKER, OutputDir, check_not_input
 from albertlm.rundir import MARKER, RunLock
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.utils import atomic_write_text, replace_directory
@@ -111,6 +111,18 @@ def test_the_distillation_benchmark_reuses_a_teacher_cache_in_a_new_directory(tm
     bench.seed_cache(tmp_path / "a" / TEACHER_CACHE, tmp_path / "b")
     second = distill("sst-2", finetuned, "test", sst, tmp_path / "b", recipe, progress=False, device="cpu")
     assert second["distillation"]["teacher_logits_cached"]
+
+
+def test_distill_never_writes_over_its_unlabelled_text(tmp_path, finetuned, sst, capsys):
+    """--unlabelled is an input too: inside --out under a name distill writes, it would be replaced."""
+    out = tmp_path / "d"
+    OutputDir(out, "distill", FINETUNE_FILES).claim().__exit__(None, None, None)  # an earlier distill's directory
+    text = out / "predictions_dev.tsv"
+    text.write_text("a good film\nan awful film\n")
+    assert main(["distill", "--teacher", str(finetuned), "--student", "test", "--task", "sst-2", "--data", str(sst),
+                 "--out", str(out), "--unlabelled", str(text), *FT_ARGS]) == 2
+    _one_line_error(capsys, "holds the --unlabelled input")
+    assert text.read_text() == "a good film\nan awful film\n"
 
 
 def test_finetune_into_a_pretraining_run_directory_is_refused(tmp_path, base, sst, capsys):
