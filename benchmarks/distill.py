@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
 from albertlm.train.finetune import FinetuneRecipe, run_features, score_outputs
 from albertlm.train.inference import task_inputs
@@ -51,6 +52,16 @@ def subset_data(data: Path, out: Path, n: int, seed: int) -> Path:
     (target / "train.tsv").write_text("\n".join([header, *(rows[i] for i in keep)]) + "\n", encoding="utf-8")
     shutil.copy(data / "dev.tsv", target / "dev.tsv")
     return target
+
+
+def seed_cache(cache: Path | None, out: Path) -> None:
+    """Copy an earlier run's teacher-logit cache into `out` (same features: same teacher logits; its
+    key decides reuse), claimed for distill as distill claims it, so that distill takes it as its own
+    earlier output rather than refusing a directory holding a file it did not write."""
+    if cache is None or (out / TEACHER_CACHE).exists():
+        return
+    with OutputDir(out, "distill", FINETUNE_FILES).claim():
+        shutil.copy(cache, out / TEACHER_CACHE)
 
 
 @torch.no_grad()
@@ -137,9 +148,7 @@ def main() -> int:
     for seed in args.seeds:
         for alpha in args.alphas:
             out = args.out / f"a{alpha:g}-s{seed}"
-            if cache is not None and not (out / TEACHER_CACHE).exists():  # same features: same teacher logits
-                out.mkdir(parents=True, exist_ok=True)
-                shutil.copy(cache, out / TEACHER_CACHE)
+            seed_cache(cache, out)
             recipe = FinetuneRecipe(lr=args.lr, batch_size=args.batch_size, steps=args.steps, seed=seed,
                                     max_seq_length=args.max_seq_length, eval_every=args.eval_every)
             settings = DistillSettings(temperature=args.temperature, alpha=alpha, student_layers=args.student_layers,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,56 @@ def test_the_lock_is_held_until_the_new_directory_is_in_place(tmp_path, monkeypa
         pass
 
 
+def test_the_converted_directory_gets_the_umasks_mode_or_keeps_its_own(tmp_path):
+    """The directory is built in a temporary (mkdtemp makes it 0700): put in place, it must have the
+    mode mkdir gives under the umask, so another user can read the model, or an existing DST's own."""
+    old = os.umask(0o022)
+    try:
+        convert(FIXTURES / "google", tmp_path / "new")
+        assert (tmp_path / "new").stat().st_mode & 0o7777 == 0o755
+        (tmp_path / "mine").mkdir()
+        os.chmod(tmp_path / "mine", 0o750)  # a user's empty directory keeps the mode they gave it
+        convert(FIXTURES / "google", tmp_path / "mine")
+        assert (tmp_path / "mine").stat().st_mode & 0o7777 == 0o750
+        convert(FIXTURES / "google", tmp_path / "mine", to="tf", force=True)
+        assert (tmp_path / "mine").stat().st_mode & 0o7777 == 0o750
+    finally:
+        os.umask(old)
+
+
+def test_a_new_or_empty_destination_is_filled_in_place(tmp_path, monkeypatch):
+    """A mount point (a container's volume) cannot be renamed (EBUSY) and its parent may be another
+    file system or not writable: a DST holding no earlier conversion is built inside itself and
+    filled in place, the user's directory kept (the same inode, its own mode)."""
+    def busy(new, dst):
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(dst))
+
+    monkeypatch.setattr(convert_module, "replace_directory", busy)
+    real_mkdtemp = tempfile.mkdtemp
+
+    def parent_read_only(*args, dir=None, **kwargs):
+        if Path(dir) == tmp_path:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(Path(dir) / ".x.tmp"))
+        return real_mkdtemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", parent_read_only)
+    mine = tmp_path / "volume"
+    mine.mkdir()
+    inode = mine.stat().st_ino
+    summary = convert(FIXTURES / "google", mine, to="tf")
+    assert mine.stat().st_ino == inode and sorted(_snapshot(mine)) == summary.files
+    assert "albert_config.json" in summary.files and _no_temporaries(mine) and _no_temporaries(tmp_path)
+    # a killed run's staging directory inside DST is its own: removed by the next run, not refused
+    with convert_module.OutputDir(tmp_path / "new", "convert", convert_module.CONVERT_FILES).claim():
+        (tmp_path / "new" / ".albertlm-convert.abc.tmp").mkdir()  # killed while it built the conversion
+    assert convert(FIXTURES / "google", tmp_path / "new").files
+    assert not [p for p in (tmp_path / "new").iterdir() if p.name.startswith(".albertlm-convert.")]
+    # --force over an earlier conversion in a mount point is refused before any work, saying why
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == mine)
+    with pytest.raises(AlbertlmError, match="a mount point holding an earlier conversion"):
+        convert(FIXTURES / "google", mine, force=True)
+
+
 def test_a_busy_destination_is_refused(tmp_path):
     out = tmp_path / "out"
     convert(FIXTURES / "google", out)
@@ -136,6 +187,27 @@ def test_a_failed_write_leaves_the_earlier_conversion_and_no_new_directory(tmp_p
     with pytest.raises(OSError):
         convert(FIXTURES / "google", tmp_path / "new", to="tf")
     assert not (tmp_path / "new").exists() and _no_temporaries(tmp_path)
+
+
+def test_a_failed_conversion_removes_the_directory_it_created_before_unlocking_it(tmp_path, monkeypatch):
+    """Removed after the lock's release, the new DST could meanwhile be claimed by a second convert,
+    whose directory (marker and lock) would then be deleted under it."""
+    out = tmp_path / "new"
+    real_exit, seen = RunLock.__exit__, []
+
+    def release(self, *exc):
+        if self.run_dir == out:
+            seen.append(os.path.lexists(out))
+        real_exit(self, *exc)
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLock, "__exit__", release)
+    monkeypatch.setattr(convert_module, "atomic_write_text", full)
+    with pytest.raises(OSError):
+        convert(FIXTURES / "google", out, to="tf")
+    assert seen == [False] and not out.exists()
 
 
 def test_a_link_to_nothing_is_one_line(tmp_path, capsys):

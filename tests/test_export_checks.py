@@ -62,6 +62,21 @@ def test_a_read_only_out_is_one_line_naming_it(int8, classifier, tmp_path, monke
     assert not os.listdir(ro)
 
 
+@pytest.mark.parametrize("int8", [False, True])
+def test_the_exported_file_is_flushed_with_its_directory(int8, classifier, tmp_path, monkeypatch):
+    """Renamed into place without an fsync of the file and of its directory, a power cut can leave
+    an empty OUT or none at all after export said it wrote it."""
+    import albertlm.utils as utils
+
+    synced, real_fsync = [], os.fsync
+    monkeypatch.setattr(utils, "fsync_directory", lambda path: synced.append(Path(path)))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.fstat(fd).st_ino) or real_fsync(fd))
+    out = tmp_path / "m.onnx"
+    assert main(["export", str(classifier), str(out), "--exporter", "legacy", *(["--int8"] if int8 else [])]) == 0
+    assert synced[-2:] == [out.stat().st_ino, tmp_path]  # the file, then its directory
+    assert out.stat().st_mode & 0o777 == 0o666 & ~utils.current_umask()
+
+
 @pytest.mark.parametrize("value", ["AlbertForSequenceClassification", [{"a": 1}], [""], [7]])
 def test_architectures_must_be_a_list_of_class_names(value, classifier, tmp_path, capsys):
     """EX10 (a string: its first letter was taken, "holds an A") / EX11 (objects: a TypeError)."""

@@ -20,7 +20,7 @@ import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
-from albertlm.outputs import OUT_MARKER, OutputDir, check_not_input
+from albertlm.outputs import FINETUNE_FILES, OUT_MARKER, OutputDir, check_not_input
 from albertlm.rundir import MARKER, RunLock
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.utils import atomic_write_text, replace_directory
@@ -97,6 +97,34 @@ def test_distill_refuses_a_users_directory_and_changes_nothing(tmp_path, finetun
     assert _snapshot(out) == before
 
 
+def test_the_distillation_benchmark_reuses_a_teacher_cache_in_a_new_directory(tmp_path, finetuned, sst):
+    """benchmarks/distill.py copies the first run's logit cache into each later run's new --out: that
+    directory must still be one distill takes as its own."""
+    from albertlm.train.distill import TEACHER_CACHE, distill
+    from albertlm.train.finetune import FinetuneRecipe
+    from scripts import load_script
+
+    bench = load_script(Path("benchmarks/distill.py"))
+    recipe = FinetuneRecipe(steps=2, batch_size=16, eval_every=2, max_seq_length=32)
+    first = distill("sst-2", finetuned, "test", sst, tmp_path / "a", recipe, progress=False, device="cpu")
+    assert not first["distillation"]["teacher_logits_cached"]
+    bench.seed_cache(tmp_path / "a" / TEACHER_CACHE, tmp_path / "b")
+    second = distill("sst-2", finetuned, "test", sst, tmp_path / "b", recipe, progress=False, device="cpu")
+    assert second["distillation"]["teacher_logits_cached"]
+
+
+def test_distill_never_writes_over_its_unlabelled_text(tmp_path, finetuned, sst, capsys):
+    """--unlabelled is an input too: inside --out under a name distill writes, it would be replaced."""
+    out = tmp_path / "d"
+    OutputDir(out, "distill", FINETUNE_FILES).claim().__exit__(None, None, None)  # an earlier distill's directory
+    text = out / "predictions_dev.tsv"
+    text.write_text("a good film\nan awful film\n")
+    assert main(["distill", "--teacher", str(finetuned), "--student", "test", "--task", "sst-2", "--data", str(sst),
+                 "--out", str(out), "--unlabelled", str(text), *FT_ARGS]) == 2
+    _one_line_error(capsys, "holds the --unlabelled input")
+    assert text.read_text() == "a good film\nan awful film\n"
+
+
 def test_finetune_into_a_pretraining_run_directory_is_refused(tmp_path, base, sst, capsys):
     run = tmp_path / "prun"
     shutil.copytree(base, run / "model")
@@ -126,6 +154,29 @@ def test_a_rerun_replaces_its_own_outputs_but_not_a_file_added_since(tmp_path, b
     # another command's directory is refused too
     assert main(["tokenizer", "train", "--input", str(sst / "train.tsv"), "--vocab-size", "60", "--out", str(out)]) == 2
     _one_line_error(capsys, "written by albertlm finetune")
+
+
+def test_a_rerun_that_stops_early_leaves_none_of_the_earlier_runs_results(tmp_path, base, sst, monkeypatch, capsys):
+    """A rerun into its own output replaces it: stopped before its end, it must not leave the earlier
+    run's results.json and best model beside its own recipe.json, nor TensorBoard curves of both runs."""
+    import albertlm.train.finetune as finetune_module
+
+    out = tmp_path / "again"
+    args = ["finetune", "--task", "sst-2", "--model", str(base), "--data", str(sst), "--out", str(out), *FT_ARGS]
+    assert main([*args, "--seed", "1"]) == 0
+    (out / "tensorboard" / "mine.txt").write_text("t\n")  # files of the user's stay
+    (out / "predictions_test.tsv").write_text("albertlm predict wrote this\n")
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune_module, "run_steps", interrupted)
+    assert main([*args, "--seed", "2"]) == 130
+    assert json.loads((out / "recipe.json").read_text())["seed"] == 2
+    left = sorted(p.name for p in out.iterdir() if not p.name.startswith(".albertlm"))
+    assert left == ["metrics.jsonl", "predictions_test.tsv", "recipe.json", "tensorboard"], left
+    assert len(list((out / "tensorboard").glob("events.out.tfevents.*"))) == 1  # this run's own
+    assert (out / "tensorboard" / "mine.txt").read_text() == "t\n"
 
 
 @pytest.mark.parametrize("layout", ["metrics-dir", "tensorboard-file", "model-dir"])
@@ -230,6 +281,24 @@ def test_report_never_replaces_a_study_directory_holding_other_files(tmp_path, m
     assert (out / "study" / "thesis.tex").read_text() == "t\n"
 
 
+@pytest.mark.parametrize("where", ["runs/notes.txt", "runs/e16-all-s0/thesis.tex", "shared/sop/mine.csv"])
+def test_report_never_replaces_a_study_holding_a_file_deeper_down(tmp_path, monkeypatch, capsys, where):
+    """study/ is deleted as a whole: a user's file in runs/, in one run or in shared/ is refused too."""
+    import albertlm.analysis.report as report
+
+    out = tmp_path / "rq3"
+    OutputDir(out, "report", report.REPORT_FILES).claim().__exit__(None, None, None)
+    for run in ("runs/e16-all-s0", "shared/sop"):  # what the study writes: pretraining directories
+        (out / "study" / run / "model").mkdir(parents=True)
+        (out / "study" / run / MARKER).write_text("{}\n")
+    (out / "study" / where).write_text("t\n")
+    monkeypatch.setattr(report, "_run_report", lambda *a, **k: pytest.fail("the report ran"))
+    assert main(["report", "--quick", "--out", str(out), "--threads", "1", "--steps", "2", "--seeds", "1",
+                 "--corpus", str(_small_corpus(tmp_path))]) == 2
+    _one_line_error(capsys, "holds files the study did not write", where)
+    assert (out / "study" / where).read_text() == "t\n"
+
+
 def _committed_report(tmp_path: Path) -> Path:
     out = tmp_path / "r"
     out.mkdir()
@@ -255,12 +324,63 @@ def test_render_on_a_full_disk_leaves_report_md_as_it_was(tmp_path, monkeypatch,
     assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.json"]  # no temporary left
 
 
+@pytest.mark.parametrize("named", [None, "temporary"])
+def test_a_full_disk_names_the_file_not_its_temporary(tmp_path, monkeypatch, capsys, named):
+    """The kernel's write() error names no file, open()'s names the temporary: either way the line
+    names report.md, the file the user asked for."""
+    out = _committed_report(tmp_path)
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        if self.name.startswith(".report.md."):
+            raise OSError(errno.ENOSPC, "No space left on device", *([str(self)] if named else []))
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert main(["report", "--render", "--out", str(out)]) == 2
+    _one_line_error(capsys, f"no space left on the device writing {out / 'report.md'}; ")
+    assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.json"]
+
+
+def test_an_os_error_with_only_a_message_keeps_it_on_one_line(monkeypatch, capsys):
+    """Libraries raise OSError("text") (no errno, no strerror): the line must carry the text, not "OSError"."""
+    import albertlm.analysis.report as report
+
+    def fails(out_dir):
+        raise OSError("cannot identify image file 'speed.png'\nsecond line")
+
+    monkeypatch.setattr(report, "render_results", fails)
+    assert main(["report", "--render", "--out", "x"]) == 2
+    _one_line_error(capsys, "error: cannot identify image file 'speed.png' second line")
+    monkeypatch.setattr(report, "render_results", lambda out: (_ for _ in ()).throw(
+        OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "x/report.md")))
+    assert main(["report", "--render", "--out", "x"]) == 2
+    _one_line_error(capsys, "disk quota exceeded writing x/report.md", "intact")
+
+
 def test_render_into_a_directory_named_report_md_is_one_line(tmp_path, capsys):
     out = _committed_report(tmp_path)
     (out / "report.md").unlink()
     (out / "report.md").mkdir()
     assert main(["report", "--render", "--out", str(out)]) == 2
     _one_line_error(capsys, "report.md", "a directory")
+
+
+def test_a_figure_is_written_atomically_and_never_through_a_link(tmp_path):
+    """A report directory may hold any *.png: a figure's name that is a link to a file elsewhere is
+    replaced by the figure, and the file it pointed to is left as it was."""
+    from albertlm.analysis.figures import plot_curves
+
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"my picture")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "training_curves.png").symlink_to(mine)
+    plot_curves({"run": [(1, 2.0), (2, 1.5)]}, out / "training_curves.png")
+    assert mine.read_bytes() == b"my picture"
+    figure = out / "training_curves.png"
+    assert not figure.is_symlink() and figure.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in out.iterdir()) == ["training_curves.png"]
 
 
 def test_tokenizer_train_refuses_to_replace_a_vocabulary_it_did_not_write(tmp_path, base, sst, capsys):
@@ -355,6 +475,34 @@ def test_replace_directory_swaps_a_whole_directory(tmp_path):
     (dst / "old.txt").write_text("old")
     new.mkdir()
     (new / "config.json").write_text("new")
+    replace_directory(new, dst)
+    assert sorted(p.name for p in dst.iterdir()) == ["config.json"] and not new.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst"]
+
+
+def test_replace_directory_without_an_atomic_exchange_puts_the_old_one_back_on_failure(tmp_path, monkeypatch):
+    """Where renameat2 cannot exchange (another OS, some file systems), DST is moved aside and the new
+    directory renamed in; if that rename fails, DST must be back where it was, not left aside."""
+    import albertlm.utils as utils
+
+    monkeypatch.setattr(utils, "_exchange", lambda a, b: False)
+    dst, new = tmp_path / "dst", tmp_path / "new"
+    for d, name in ((dst, "old.txt"), (new, "config.json")):
+        d.mkdir()
+        (d / name).write_text(name)
+    real = os.replace
+
+    def fails_for_new(src, target):
+        if Path(src) == new:
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), str(target))
+        real(src, target)
+
+    monkeypatch.setattr(os, "replace", fails_for_new)
+    with pytest.raises(OSError):
+        replace_directory(new, dst)
+    assert (dst / "old.txt").read_text() == "old.txt" and (new / "config.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "new"]
+    monkeypatch.setattr(os, "replace", real)
     replace_directory(new, dst)
     assert sorted(p.name for p in dst.iterdir()) == ["config.json"] and not new.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst"]

@@ -12,6 +12,7 @@ import torch
 from albertlm.data.corpus import Corpus
 from albertlm import AlbertForPreTraining, get_preset
 from albertlm.analysis.params import flops_per_token
+from albertlm.analysis import report
 from albertlm.analysis.report import ReportSettings, run_report
 from albertlm.analysis.report_md import render
 from albertlm.analysis.results import from_json
@@ -117,6 +118,7 @@ def test_report_on_a_tiny_study(tmp_path):
     # the equivalent per-run commands parse as pretrain commands
     assert text.count("albertlm pretrain --name") == 16
     assert (out / "study" / "runs" / "e16-all-s1" / "model" / "config.json").exists()
+    report._check_study_dir(out / "study")  # a rerun takes the study it wrote as its own: nothing refused
 
 
 def test_plan_steps_splits_the_budget():

@@ -83,6 +83,20 @@ def test_clear_run_keeps_only_the_marker_and_lock(tmp_path):
     check_removable(tmp_path / "does-not-exist")  # nothing to delete is fine
 
 
+def test_the_lock_never_writes_through_a_link_named_as_its_owner_file(tmp_path):
+    """`.albertlm-lock.owner` is a name albertlm writes in every directory it locks: a link there is
+    replaced, and the file it points to is left as it was."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("precious\n")
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / ".albertlm-lock.owner").symlink_to(mine)
+    with RunLock(run):
+        owner = run / ".albertlm-lock.owner"
+        assert not owner.is_symlink() and json.loads(owner.read_text())["pid"] > 0
+    assert mine.read_text() == "precious\n"
+
+
 def test_a_second_run_of_the_same_directory_is_refused_at_once(prepared, tmp_path, capsys):
     _, corpus = prepared
     run = _run_dir(prepared, tmp_path / "runs" / "busy")

@@ -72,15 +72,20 @@ def mark_run(run_dir: str | os.PathLike, command: str = "pretrain") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     marker = run_dir / MARKER
     if not marker.exists():
-        from albertlm.utils import atomic_write_text
-
         atomic_write_text(marker, json.dumps({"created_by": f"albertlm {command}",
-                                      "created": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
+                                              "created": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
 
 
 RUN_ENTRIES = {"tokenizer", "data", "recipe.json", "checkpoints", "metrics.jsonl", "tensorboard", "model",
                "summary.json", MARKER, LOCK, OWNER}
 """What a pretraining run writes into its directory (plus data-<length>/ of a curriculum)."""
+
+
+def foreign_entries(run_dir: str | os.PathLike, also: frozenset[str] = frozenset()) -> list[str]:
+    """The names in `run_dir` that a pretraining run does not write (`RUN_ENTRIES`, data-<length>/,
+    a summary.json temporary), nor any of `also`; sorted."""
+    return sorted(e.name for e in Path(run_dir).iterdir() if e.name not in RUN_ENTRIES and e.name not in also
+                  and not e.name.startswith(("data-", ".summary.json.")))
 
 
 def claim_run_dir(run_dir: str | os.PathLike, command: str = "pretrain") -> None:
@@ -94,8 +99,7 @@ def claim_run_dir(run_dir: str | os.PathLike, command: str = "pretrain") -> None
     if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
         raise AlbertlmError(f"{run_dir}: exists and is not a directory")
     if not is_run_directory(run_dir) and run_dir.exists():
-        foreign = sorted(e.name for e in run_dir.iterdir()
-                         if e.name not in RUN_ENTRIES and not e.name.startswith(("data-", ".summary.json.")))
+        foreign = foreign_entries(run_dir)
         if foreign:
             raise AlbertlmError(f"{run_dir}: exists and holds files albertlm did not write ({', '.join(foreign[:3])}"
                                 f"{', ...' if len(foreign) > 3 else ''}); choose another --name or --out-dir")
@@ -144,7 +148,9 @@ class RunLock:
         except Timeout:
             raise AlbertlmError(f"{self.run_dir}: in use by another run ({self._holder()}); wait for it to "
                                 f"finish or {self.hint}") from None
-        (self.run_dir / OWNER).write_text(json.dumps({
+        owner = self.run_dir / OWNER
+        owner.unlink(missing_ok=True)  # a link there is removed, never written through
+        owner.write_text(json.dumps({
             "pid": os.getpid(), "host": socket.gethostname(),
             "started": _dt.datetime.now().isoformat(timespec="seconds")}) + "\n")
         return self

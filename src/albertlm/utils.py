@@ -32,30 +32,49 @@ def fsync_directory(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def os_error_naming(exc: OSError, filename: str | os.PathLike, filename2: str | os.PathLike | None = None) -> OSError:
+    """The same error (its errno, message and subclass) naming `filename` (and `filename2`) instead.
+
+    For an error raised while writing a temporary, or by a writer that names no file (the kernel's
+    write() does not), so that the message names the file the user asked for. An error without an
+    errno is returned as it is.
+    """
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(filename), None, None if filename2 is None else str(filename2))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it replaces `path` in one rename.
 
     A crash at any moment leaves either the old file or the new one, never a torn file. The new
     file gets the mode `open()` would give it (0666 less the umask; mkstemp's own is 0600), and the
-    directory is flushed after the rename, so the new name survives a power cut too.
+    directory is flushed after the rename, so the new name survives a power cut too. An OSError
+    creating, writing or renaming the temporary names `path` (`os_error_naming`); one naming
+    another file (one the block reads) is left as it is.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a directory where a file is to be written", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    tmp_path = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
         yield tmp_path
         os.chmod(tmp_path, 0o666 & ~current_umask())  # after the write: some writers replace the file
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
         fsync_directory(path.parent)
+    except OSError as exc:
+        if exc.filename is not None and not str(exc.filename).startswith(str(path.parent / f".{path.name}.")):
+            raise
+        raise os_error_naming(exc, path) from None
     finally:
-        if tmp_path.exists():
+        if tmp_path is not None and tmp_path.exists():
             tmp_path.unlink()
 
 
@@ -78,7 +97,11 @@ def replace_directory(new: str | os.PathLike, dst: str | os.PathLike) -> None:
         aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".old", dir=dst.parent))
         os.rmdir(aside)
         os.replace(dst, aside)
-        os.replace(new, dst)
+        try:
+            os.replace(new, dst)
+        except BaseException:
+            os.replace(aside, dst)  # the earlier directory back in place, not left under a hidden name
+            raise
         new = aside
     fsync_directory(dst.parent)
     shutil.rmtree(new)

@@ -20,6 +20,16 @@ def _plt():
     return plt
 
 
+def save_png(fig, path: str | Path) -> None:
+    """Write a figure to `path` atomically (`utils.atomic_path`: a killed report leaves the old PNG
+    or the new one, and a name that is a link is replaced, never written through), then close it."""
+    from albertlm.utils import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    _plt().close(fig)
+
+
 def plot_speed(speed: SpeedResults, path: Path) -> None:
     """Training throughput relative to the reference: measured, FLOP ratio, the paper's column."""
     plt = _plt()
@@ -43,8 +53,7 @@ def plot_speed(speed: SpeedResults, path: Path) -> None:
     ax.set_title("Training throughput relative to BERT-large (Table 2 'Speedup')", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def plot_study(variants: dict[str, VariantSummary], path: Path, title: str) -> None:
@@ -79,8 +88,7 @@ def plot_study(variants: dict[str, VariantSummary], path: Path, title: str) -> N
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def plot_table5(table5: dict[str, Table5Row], paper: dict[str, tuple[float, float, float]], path: Path) -> None:
@@ -107,8 +115,7 @@ def plot_table5(table5: dict[str, Table5Row], paper: dict[str, tuple[float, floa
     axes[0].set_ylabel("held-out accuracy (%)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def plot_curves(curves: dict[str, list[tuple[int, float]]], path: Path, window: int = 5) -> None:
@@ -130,5 +137,4 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], path: Path, window: 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)

@@ -37,6 +37,7 @@ from albertlm.analysis.speed import measure_speed
 from albertlm.analysis.study import run_study
 from albertlm.errors import AlbertlmError
 from albertlm.outputs import OutputDir
+from albertlm.rundir import foreign_entries
 from albertlm.utils import atomic_write_text
 
 FINETUNE_SHARE = 0.3
@@ -189,6 +190,8 @@ REPORT_FILES = ("report.md", "results.json", "report.log", "study", "*.png")
 """What `albertlm report` writes into --out."""
 
 _STUDY_ENTRIES = {"shared", "runs"}
+_STUDY_RUN_EXTRA = frozenset({"sst2"})
+"""What a study run directory holds beside a pretraining run's own entries: its SST-2 fine-tuning."""
 
 
 def _inputs(settings: ReportSettings) -> dict[str, str]:
@@ -199,12 +202,29 @@ def _inputs(settings: ReportSettings) -> dict[str, str]:
 
 
 def _check_study_dir(study: Path) -> None:
-    """Refuse (one line) to replace a study/ that holds anything the study did not write."""
+    """Refuse (one line) to replace a study/ that holds anything the study did not write.
+
+    The study writes shared/<objective>/ and runs/<run>/, each holding what pretraining writes
+    (`rundir.foreign_entries`; a run also its sst2/ fine-tuning); anything else there (a file, a link,
+    a user's notes) would be deleted with study/.
+    """
     if not study.exists():
         return
     if study.is_symlink() or not study.is_dir():
         raise AlbertlmError(f"{study}: not a directory the study wrote (a link or a file); not replacing it")
     foreign = sorted(e.name for e in study.iterdir() if e.name not in _STUDY_ENTRIES)
+    for part in sorted(_STUDY_ENTRIES):
+        folder = study / part
+        if not os.path.lexists(folder):
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            foreign.append(part)
+            continue
+        for entry in sorted(folder.iterdir()):
+            if entry.is_symlink() or not entry.is_dir():
+                foreign.append(f"{part}/{entry.name}")
+            else:
+                foreign += [f"{part}/{entry.name}/{n}" for n in foreign_entries(entry, _STUDY_RUN_EXTRA)]
     if foreign:
         raise AlbertlmError(f"{study}: holds files the study did not write ({', '.join(foreign[:3])}); not "
                             "replacing it: move them, or choose another --out")

@@ -164,6 +164,8 @@ def plot_smoothness(curves: dict[str, dict], path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from albertlm.analysis.figures import save_png
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     colors: dict[str, str] = {}
     for label, result in curves.items():
@@ -184,5 +186,4 @@ def plot_smoothness(curves: dict[str, dict], path, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)

@@ -90,9 +90,10 @@ def describe_os_error(exc: OSError) -> str:
     """
     where = f" writing {exc.filename}" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device{where}; files are written atomically, so what existed before is "
-                "intact: free some space and run the command again")
-    what = exc.strerror or type(exc).__name__
+        full = "no space left on the device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return (f"{full}{where}; files are written atomically, so what existed before is intact: free some "
+                "space and run the command again")
+    what = exc.strerror or " ".join(str(exc).split()) or type(exc).__name__  # a library's OSError("text")
     if exc.errno == errno.EROFS:
         what += ": choose an output on a writable file system"
     names = " -> ".join(str(n) for n in (exc.filename, exc.filename2) if n)

@@ -8,8 +8,8 @@ import argparse
 def convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("src", metavar="SRC", help="a TF1 checkpoint (prefix, .index, or a directory with a 'checkpoint' "
                    "file or one .index), a TF-Hub export, or a Hugging Face directory (config.json + model.safetensors)")
-    p.add_argument("dst", metavar="DST", help="the directory to write: new, empty, or (with --force) an earlier "
-                   "conversion; it is put in place as a whole")
+    p.add_argument("dst", metavar="DST", help="the directory to write: new or empty (filled in place), or (with "
+                   "--force) an earlier conversion, replaced as a whole")
     p.add_argument("--to", choices=("hf", "tf"), default="hf",
                    help="hf: config.json + model.safetensors + tokenizer files; tf: a TF1 checkpoint in Google's "
                    "layout + albert_config.json + the vocabulary (default: hf)")

@@ -3,10 +3,10 @@
 `convert(src, dst, to="hf")` detects what SRC is (`detect_source`), loads it into our
 AlbertForPreTraining through the key tables of `interop/tf.py` or `interop/hf.py`, and writes a
 complete directory: config.json + model.safetensors + the tokenizer files (`to="hf"`), or a TF1
-checkpoint in Google's layout + albert_config.json + the vocabulary (`to="tf"`). The directory is
-built in a temporary sibling and put in place as a whole (`utils.replace_directory`): DST is an
-`outputs.OutputDir` claimed by "convert", so `force` replaces only an earlier conversion, never a
-directory holding anything convert does not write.
+checkpoint in Google's layout + albert_config.json + the vocabulary (`to="tf"`). DST is an
+`outputs.OutputDir` claimed by "convert": a new or empty DST is built inside itself and filled in
+place; an earlier conversion (`force`) is replaced as a whole by one built in a temporary sibling
+(`utils.replace_directory`); a directory holding anything convert does not write is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,8 @@ from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import MODEL_FILES, OUT_MARKER, OutputDir
 from albertlm.rundir import LOCK, OWNER, RunLock
 from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, VOCAB_FILE
-from albertlm.utils import atomic_write_bytes, atomic_write_text, replace_directory
+from albertlm.utils import (atomic_write_bytes, atomic_write_text, fsync_directory, os_error_naming,
+                            replace_directory)
 
 TF_PREFIX_NAME = "model.ckpt"
 """Prefix of the TF1 checkpoint `to="tf"` writes."""
@@ -39,10 +41,18 @@ SPIECE_NAMES = (MODEL_FILE, "30k-clean.model")
 """SentencePiece vocabularies: ours / transformers', and the name in Google's releases."""
 WORDPIECE_NAMES = (VOCAB_FILE, "vocab_chinese.txt")
 """WordPiece vocabularies: BERT's and albert_zh's name, and Google's Chinese release."""
+STAGING_PREFIX = ".albertlm-convert."
+"""The directory a new or empty DST's conversion is built in, inside DST (a mount point's parent
+may be another file system, or not writable)."""
 CONVERT_FILES = MODEL_FILES + (f"{TF_PREFIX_NAME}.index", f"{TF_PREFIX_NAME}.data-*-of-*", "checkpoint",
-                               TF_CONFIG_NAME)
+                               TF_CONFIG_NAME, f"{STAGING_PREFIX}*.tmp")
 """The names convert writes into DST (either direction); a DST holding anything else is refused."""
 _BOOKKEEPING = {OUT_MARKER, LOCK, OWNER}
+
+
+def _held(dst: Path) -> list[str]:
+    """What DST holds of a conversion: its names but the marker, the lock and a staging directory."""
+    return sorted(p.name for p in dst.iterdir() if p.name not in _BOOKKEEPING and not p.name.startswith(STAGING_PREFIX))
 
 
 @dataclasses.dataclass
@@ -254,13 +264,9 @@ def write_tf(model: AlbertForPreTraining, dst: str | os.PathLike, vocabulary: Pa
 
 
 def _copy(src: Path, dst: Path) -> None:
-    """Copy a file through the atomic writer. An error writing names `dst` (shutil.copyfile's
-    names the source, so a full disk would blame the file being read)."""
-    data = src.read_bytes()
-    try:
-        atomic_write_bytes(dst, data)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(dst)) from None
+    """Copy a file through the atomic writer, whose errors name `dst` (shutil.copyfile's name the
+    source, so a full disk would blame the file being read)."""
+    atomic_write_bytes(dst, src.read_bytes())
 
 
 def _options_file(vocabulary: Path) -> Path | None:
@@ -353,10 +359,14 @@ def _output_dir(dst: str | os.PathLike, inputs: list, force: bool) -> OutputDir:
     """DST checked before any work: `OutputDir`'s rules, then an earlier conversion only with `force`,
     and no directory where convert writes a file (replacing DST would delete what it holds)."""
     out = OutputDir(dst, "convert", CONVERT_FILES, flag="DST", inputs=inputs)
-    held = sorted(p.name for p in out.path.iterdir() if p.name not in _BOOKKEEPING) if out.path.is_dir() else []
+    held = _held(out.path) if out.path.is_dir() else []
     if held and not force:
         raise AlbertlmError(f"DST {dst}: holds an earlier conversion ({', '.join(held[:3])}"
                             f"{', ...' if len(held) > 3 else ''}); pass --force to replace it")
+    if held and os.path.ismount(out.path):
+        raise AlbertlmError(f"DST {dst}: a mount point holding an earlier conversion; --force replaces DST as a "
+                            "whole, which cannot be done to a mount point: remove its files (convert then fills "
+                            "it in place) or choose another DST")
     for name in held:
         if (out.path / name).is_dir() and not (out.path / name).is_symlink():
             raise AlbertlmError(f"{out.path / name}: a directory where convert writes a file (DST is replaced "
@@ -384,6 +394,15 @@ def _write_hf(model: AlbertForPreTraining, tmp: Path, tok, notes: list[str]) -> 
     return sorted(p.name for p in tmp.iterdir() if p.name not in _BOOKKEEPING)
 
 
+def _move_in(tmp: Path, dst: Path) -> None:
+    """Move a finished conversion's files from `tmp` into `dst`, which holds none, the config file
+    last (with it, the directory reads as a checkpoint), then flush `dst` and remove `tmp`."""
+    for name in sorted(os.listdir(tmp), key=lambda n: (n in (CONFIG_NAME, TF_CONFIG_NAME), n)):
+        os.replace(tmp / name, dst / name)
+    fsync_directory(dst)
+    os.rmdir(tmp)
+
+
 def describe(config: AlbertConfig) -> str:
     """One line naming the network's shape."""
     layout = "" if config.embedding_layout == "albert" else f", embedding_layout {config.embedding_layout}"
@@ -394,13 +413,17 @@ def describe(config: AlbertConfig) -> str:
 
 
 class _Staging:
-    """Claim DST, build the output in a temporary sibling, then put it in place as a whole.
+    """Claim DST, build the output in a temporary directory, then put it in place.
 
-    DST is claimed first (`OutputDir.claim`: created, marked, locked). The finished temporary gets
-    the marker and a lock of its own, then `utils.replace_directory` swaps it in: DST holds the
-    earlier conversion or the new one, never a mix, and is locked throughout. On any error only the
-    temporary is removed, with a DST this run created (still empty); an OSError names the file's
-    place in DST rather than in the temporary.
+    DST is claimed first (`OutputDir.claim`: created, marked, locked), and stays locked throughout.
+    A DST that holds no earlier conversion (new, or empty) is built in a staging directory inside
+    itself, then its files are moved in, config last: the user's directory stays (its inode and
+    mode), and a mount point, which cannot be renamed, works. An earlier conversion (`--force`) is
+    replaced as a whole: the new one is built in a temporary sibling with DST's mode and, once
+    finished, the marker and a lock of its own; `utils.replace_directory` swaps it in, so DST holds
+    the earlier conversion or the new one, never a mix. On any error only the temporary is
+    removed, with a DST this run created (still empty); an OSError names the file's place in DST
+    rather than in the temporary.
     """
 
     def __init__(self, out: OutputDir):
@@ -411,7 +434,15 @@ class _Staging:
         self.created = not os.path.lexists(self.dst)
         self.held = self.out.claim()
         try:
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+            for stale in self.dst.glob(f"{STAGING_PREFIX}*.tmp"):  # a killed run's: ours, and DST is locked
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale)
+            self.in_place = not _held(self.dst)
+            if self.in_place:
+                self.tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=self.dst))
+            else:
+                self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.dst.name}.", suffix=".tmp", dir=self.dst.parent))
+                os.chmod(self.tmp, stat.S_IMODE(self.dst.stat().st_mode))  # mkdtemp's 0700 would lock others out
         except BaseException:
             self._release()
             raise
@@ -419,7 +450,9 @@ class _Staging:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
-            if exc_type is None:
+            if exc_type is None and self.in_place:
+                _move_in(self.tmp, self.dst)
+            elif exc_type is None:
                 shutil.copyfile(self.dst / OUT_MARKER, self.tmp / OUT_MARKER)
                 with RunLock(self.tmp, hint="choose another DST"):
                     replace_directory(self.tmp, self.dst)
@@ -433,9 +466,11 @@ class _Staging:
             raise self._named(exc) from None
 
     def _release(self, failed: bool = True) -> None:
-        self.held.__exit__(None, None, None)
-        if failed and self.created and self.dst.is_dir() and {p.name for p in self.dst.iterdir()} <= _BOOKKEEPING:
-            shutil.rmtree(self.dst)  # only our marker and lock: the directory this run created
+        try:  # removed while still locked: once released, a second convert may claim it
+            if failed and self.created and self.dst.is_dir() and {p.name for p in self.dst.iterdir()} <= _BOOKKEEPING:
+                shutil.rmtree(self.dst)  # only our marker and lock: the directory this run created
+        finally:
+            self.held.__exit__(None, None, None)
 
     def _named(self, exc: OSError) -> OSError:
         """The error with paths inside the temporary moved to DST, and DST named when it named nothing."""
@@ -443,7 +478,4 @@ class _Staging:
             if not isinstance(name, str) or not Path(name).is_relative_to(self.tmp):
                 return name
             return str(self.out.path / Path(name).relative_to(self.tmp))
-        if exc.errno is None:
-            return exc
-        return OSError(exc.errno, exc.strerror, final(exc.filename) or str(self.out.path), None,
-                       final(exc.filename2))
+        return os_error_naming(exc, final(exc.filename) or self.out.path, final(exc.filename2))

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
+from albertlm.utils import atomic_path, os_error_naming
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -61,7 +62,7 @@ def scratch_beside(path: str | os.PathLike) -> Iterator[Path]:
         inside = exc.filename is None or str(exc.filename).startswith(str(path.parent / f".{path.name}."))
         if exc.errno is None or not inside:
             raise
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise os_error_naming(exc, path) from None
 
 
 _NOISE_LOGGERS = ("torch.onnx._internal.exporter._registration", "")  # "": the root logger
@@ -184,8 +185,15 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
                                 "a shared tensor was duplicated (nothing written)")
         final = tmp / "model.onnx"
         onnx.save(graph, final)
-        os.replace(final, path)
+        _put_in_place(final, path)
     return report
+
+
+def _put_in_place(finished: Path, path: Path) -> None:
+    """Move a finished file to `path` through the atomic writer: the umask's mode, the file and its
+    directory flushed, so a power cut leaves the old file or the new one."""
+    with atomic_path(path) as tmp:
+        os.replace(finished, tmp)
 
 
 def parameter_bytes(model: nn.Module) -> int:
@@ -313,6 +321,6 @@ def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
             quantization.quantize_dynamic(Path(src), out, weight_type=quantization.QuantType.QInt8,
                                           per_channel=True, op_types_to_quantize=["MatMul", "Gather"])
         graph = onnx.load(out)
-        os.replace(out, dst)
+        _put_in_place(out, dst)
     return {"initializer_bytes": initializer_bytes(graph),
             "quantized_matmuls": sum(n.op_type == "MatMulInteger" for n in graph.graph.node)}

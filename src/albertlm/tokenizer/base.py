@@ -166,19 +166,12 @@ class PieceVocabulary:
     @staticmethod
     def _write(out_dir: str | os.PathLike, vocabulary_file: str, data: bytes, config: dict) -> Path:
         """`save`'s writing: the vocabulary file and tokenizer_config.json, each atomically, into
-        `out_dir`. An OSError names the file being written (a failed write names none of its own)."""
+        `out_dir`. An OSError names the file being written (`utils.atomic_path`)."""
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
             raise AlbertlmError(f"{out}: exists and is not a directory")
-        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-        for path, write in ((out / vocabulary_file, lambda p: atomic_write_bytes(p, data)),
-                            (out / CONFIG_FILE, lambda p: atomic_write_text(p, text))):
-            try:
-                write(path)
-            except OSError as exc:
-                if exc.errno is None:
-                    raise
-                raise OSError(exc.errno, exc.strerror, str(path)) from None
+        atomic_write_bytes(out / vocabulary_file, data)
+        atomic_write_text(out / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         return out
 
     def _checked_ids(self, ids: Iterable[int]) -> list[int]:

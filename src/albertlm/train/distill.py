@@ -430,7 +430,8 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
                             "student with `albertlm finetune --early-exit` to add exit heads")
     teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device, data_dir)
     base, student_dir = student_base(student, teacher_dir, t_config, tokenizer, settings)
-    inputs = {"--teacher": teacher_dir, "--data": data_dir, **({"--student": student_dir} if student_dir else {})}
+    inputs = {"--teacher": teacher_dir, "--data": data_dir, "--unlabelled": settings.unlabelled,
+              **({"--student": student_dir} if student_dir else {})}
     out = output_dir(out_dir, "distill", inputs)
     out_dir = out.path
     positions = min(base.max_position_embeddings, t_config.max_position_embeddings)

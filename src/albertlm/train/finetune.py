@@ -15,6 +15,7 @@ what the paper reports (Table 14 note), and it loads in transformers' class of t
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 import time
@@ -38,7 +39,7 @@ from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.loop import Cadence, CountFn, LossFn, StepSettings, run_steps
 from albertlm.train.metrics import MetricsLogger
-from albertlm.outputs import FINETUNE_FILES, OutputDir
+from albertlm.outputs import FINETUNE_FILES, MODEL_FILES, OutputDir
 from albertlm.utils import atomic_write_text, check_field_types
 from albertlm.vocab import IGNORE_INDEX
 
@@ -382,10 +383,27 @@ def new_head(run: TaskRun, model_dir: str | Path, base: AlbertConfig) -> nn.Modu
     return load_head(run.spec, model_dir, config)
 
 
+RERUN_REMOVES = MODEL_FILES + ("recipe.json", "results.json", "metrics.jsonl", "predictions_dev.*")
+"""What a rerun into its own earlier output removes as it starts, with tensorboard/'s event files: the
+files finetune and distill write, but distill's teacher-logit cache (keyed by its inputs and verified
+by its sha256 before reuse) and any other name a user may have given a file there."""
+
+
 def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
-    """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()): recipe.json, and a new
-    metrics.jsonl (a rerun into its own earlier output replaces that output's records)."""
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    """Start the records of a run in its claimed `out_dir` (output_dir(...).claim()), then write recipe.json.
+
+    A rerun into its own earlier output first removes that output's files (`RERUN_REMOVES`), so a run
+    that stops early never leaves the earlier run's results and model beside its own recipe.json,
+    nor TensorBoard curves of two runs in one. A directory at a file's name is left alone (writing
+    there names it).
+    """
+    for entry in out_dir.iterdir():
+        if entry.name == "tensorboard" and entry.is_dir() and not entry.is_symlink():
+            for event in entry.glob("events.out.tfevents.*"):
+                event.unlink()
+        elif any(fnmatch.fnmatchcase(entry.name, p) for p in RERUN_REMOVES) and not (
+                entry.is_dir() and not entry.is_symlink()):
+            entry.unlink()
     atomic_write_text(out_dir / "recipe.json", json.dumps(recipe_record, indent=2))
 
 
