@@ -14,24 +14,14 @@ pytest.importorskip("sklearn")
 
 from scripts import load_script  # noqa: E402
 
-from albertlm.tasks import baselines  # noqa: E402
+from test_finetune import CITIES, COLORS, NEG, PEOPLE, POS, VERBS, _sent  # noqa: E402
 
-POS = "good great fun lovely superb".split()
-NEG = "bad awful boring dull terrible".split()
-FILL = "the movie was a film plot actor story and it very really quite so".split()
-COLORS = "red blue green yellow purple".split()
-PEOPLE = "john mary peter anna paul".split()
-CITIES = "paris london berlin rome madrid".split()
-VERBS = "went flew drove walked moved".split()
+from albertlm.tasks import baselines  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bench():
     return load_script("benchmarks/baselines.py")
-
-
-def _sent(r: random.Random, word: str) -> str:
-    return " ".join([*r.choices(FILL, k=3), word, *r.choices(FILL, k=2)])
 
 
 def write_sst(d: Path, r: random.Random) -> None:
