@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
-from albertlm.rundir import LOCK, MARKER, OWNER, RunLock
+from albertlm.rundir import LOCK, MARKER, OWNER, RunLock, remove_entries_but
 from albertlm.utils import atomic_write_text
 
 OUT_MARKER = ".albertlm-out"
@@ -183,18 +183,7 @@ class OutputDir:
         Returns:
             The names removed, sorted.
         """
-        import shutil
-
-        removed = []
-        for entry in sorted(self.path.iterdir()):
-            if entry.name in _OURS:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-            removed.append(entry.name)
-        return removed
+        return remove_entries_but(self.path, _OURS)
 
 
 class _Held:

@@ -113,16 +113,25 @@ def clear_run(run_dir: str | os.PathLike) -> None:
     """
     run_dir = Path(run_dir)
     check_removable(run_dir)
-    if not run_dir.exists():
-        return
-    keep = {MARKER, LOCK, OWNER}
-    for entry in run_dir.iterdir():
+    if run_dir.exists():
+        remove_entries_but(run_dir, {MARKER, LOCK, OWNER})
+
+
+def remove_entries_but(path: Path, keep: set[str]) -> list[str]:
+    """Delete every entry of `path` not named in `keep` (a link itself, never what it points to).
+
+    Only for a directory albertlm claimed and holds the lock of. Returns the names removed, sorted.
+    """
+    removed = []
+    for entry in sorted(path.iterdir()):
         if entry.name in keep:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+        removed.append(entry.name)
+    return removed
 
 
 class RunLock:
