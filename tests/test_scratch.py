@@ -320,3 +320,18 @@ def test_seq_length_comes_from_the_data():
     assert scratch.choose_seq_length(middle, Pieces(), DEFAULT_RECIPE, 512) == 96  # 72 pieces, to a multiple of 32
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 512) == 128
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 64) == 64  # the model's positions
+
+
+@pytest.mark.parametrize("limited_by", ["budget", "epochs"])
+def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by):
+    from albertlm.train.scratch import format_scratch
+
+    results = {"main_metric": "accuracy", "best": {"accuracy": 0.80}, "model_dir": "OUT/base", "baseline_note": None,
+               "baseline": {"metric": "accuracy", "name": "tfidf_lr", "value": 0.815,
+                            "floor": {"name": "majority", "value": 0.51}},
+               "from_scratch": {"recipe": {"preset": "albert-tiny"}, "budget_minutes": 40.0,
+                                "stages": {"total_s": 1200.0}, "plan": {"steps": 6314, "limited_by": limited_by}}}
+    text = format_scratch(results)
+    assert "the count-based baseline beats the model" in text
+    assert ("a longer --budget may close the gap" in text) == (limited_by == "budget")
+    assert ("would not change it" in text) == (limited_by != "budget")

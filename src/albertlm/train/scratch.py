@@ -432,8 +432,10 @@ def format_scratch(results: dict[str, Any]) -> str:
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
     if results["baseline"] is not None and results["baseline"]["value"] is not None \
             and results["baseline"]["value"] > results["best"].get(metric, float("-inf")):
-        lines.append("the count-based baseline beats the model on dev: a longer --budget may close the gap; until "
-                     "then the baseline is the better choice for this data")
+        why = ("a longer --budget may close the gap" if s["plan"]["limited_by"] == "budget"
+               else "the run stopped at the epoch cap, not the budget, so a longer --budget would not change it")
+        lines.append(f"the count-based baseline beats the model on dev ({why}); the baseline is the better choice "
+                     "for this data")
     total = s["stages"]["total_s"]
     lines.append(f"budget {s['budget_minutes']:g} min: used {total / 60:.1f} min ({s['plan']['steps']:,} steps, "
                  f"limited by the {'budget' if s['plan']['limited_by'] == 'budget' else 'epoch cap'}); "
