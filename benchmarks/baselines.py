@@ -8,8 +8,12 @@ folders and writes one JSON report (or a markdown table). Every number is x100, 
 metric on its own reader's examples, as `albertlm evaluate` prints it. Tasks without a training
 split here (QNLI, LCQMC) are skipped with a note.
 
-    python benchmarks/baselines.py --data ../shared/data --out benchmarks/results/baselines.json
-    python benchmarks/baselines.py --data ../shared/data --tasks sst-2 conll2003 --markdown
+    python benchmarks/baselines.py --data DATA --out benchmarks/results/baselines.json
+    python benchmarks/baselines.py --data DATA --tasks sst-2 conll2003 --markdown
+
+DATA is wherever the public task data lives, one folder per task in its usual layout. The report
+writes it as `DATA` (the command, the data root, every message), so a results file names no folder
+outside the repository.
 
 Output: one JSON object on stdout (or, with --markdown, a table), and in --out when given: the
 date, command and machine; per task the split sizes, the main metric and each baseline's score
@@ -82,10 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data)
     tasks = [get_task(t).name for t in args.tasks] if args.tasks else default_tasks(data)
     start = time.perf_counter()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    shown_argv = ["DATA" if a == args.data else a for a in argv]
+
+    def as_data(text: str) -> str:  # the data root as DATA: it is the user's folder, not the repository's
+        return text.replace(str(data), "DATA")
+
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "command": shlex.join(["python", "benchmarks/baselines.py", *(sys.argv[1:] if argv is None else argv)]),
+              "command": shlex.join(["python", "benchmarks/baselines.py", *shown_argv]),
               "machine": machine(), "scikit_learn": sklearn.__version__,
-              "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "data": args.data, "split": SPLIT,
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "data": "DATA", "split": SPLIT,
               "units": "metric x100, as albertlm evaluate prints it", "baselines": BASELINES, "tasks": [],
               "skipped": []}
     for task in tasks:
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             scores = baseline_scores(task, data / folder)
         except AlbertlmError as exc:  # no train split (QNLI, LCQMC here), no folder, another family
-            result["skipped"].append({"task": task, "reason": str(exc)})
+            result["skipped"].append({"task": task, "reason": as_data(str(exc))})
             print(f"{task}: skipped ({exc})", file=sys.stderr, flush=True)
             continue
         result["tasks"].append({"folder": folder, **scores})

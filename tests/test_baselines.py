@@ -165,5 +165,8 @@ def test_main_writes_json_and_markdown(bench, tmp_path, capsys):
     assert [t["folder"] for t in result["tasks"]] == ["SST-2", "STS-B"]
     [skipped] = result["skipped"]
     assert skipped["task"] == "qnli" and "no train file" in skipped["reason"]
+    assert str(data) not in out.read_text() and result["data"] == "DATA"  # the user's folder is written as DATA
+    assert result["command"].startswith("python benchmarks/baselines.py --data DATA ")
+    assert skipped["reason"].startswith("DATA/QNLI: ")
     for task in result["tasks"]:
         assert set(task["baselines"]) <= set(result["baselines"])  # every baseline is described
