@@ -144,12 +144,9 @@ def evaluate_run(args: argparse.Namespace) -> int:
     """Score a fine-tuned model on a task split."""
     import json
 
-    from albertlm.outputs import check_not_input
     from albertlm.train.inference import evaluate_dir
 
     _one_line_warnings()
-    if args.predictions:
-        check_not_input(args.predictions, "--predictions", {"--model": args.model, "--data": args.data})
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
                           max_examples=args.max_examples, predictions=args.predictions, device=args.device,
                           max_answer_length=args.max_answer_length, patience=args.patience,

@@ -22,6 +22,7 @@ from albertlm.config import AlbertConfig
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS, resolve_problem_type
+from albertlm.outputs import check_not_input
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
@@ -375,6 +376,8 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         counted per input feature.
     """
     _check_evaluate_settings(patience, regression_threshold, batch_size, max_answer_length, max_examples, predictions)
+    if predictions is not None:
+        check_not_input(predictions, "--predictions", {"--model": model_dir, "--data": data_dir})
     t = task_inputs(model_dir, data_dir, task, split, strict=strict, max_examples=max_examples, device=device,
                     int8=int8, max_answer_length=max_answer_length)
     runner = patience_runner(model_dir, t.model, patience, regression_threshold) if patience is not None else t.model
