@@ -104,6 +104,11 @@ class FinetuneRecipe:
     early_exit: bool = False
     """Train a classifier after every layer (depth-weighted loss) for patience-based early exit at inference
     (`evaluate/predict --patience K`); sequence and token classification only."""
+    mlm_weight: float = 0.0
+    """Joint objective: add this times a masked-LM loss on a masked copy of each batch, from the first step
+    (train/joint.py); 0 trains on the task's loss alone."""
+    mlm_probability: float = 0.15
+    """Joint objective: the share of pieces masked and predicted."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -122,6 +127,10 @@ class FinetuneRecipe:
                 raise AlbertlmError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
         if (self.warmup_steps is not None and self.warmup_steps < 0) or self.patience < 0 or self.weight_decay < 0:
             raise AlbertlmError("warmup_steps, patience and weight_decay must not be negative")
+        if not (math.isfinite(self.mlm_weight) and self.mlm_weight >= 0):
+            raise AlbertlmError(f"mlm_weight must be a finite number, 0 or more, got {self.mlm_weight}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise AlbertlmError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
 
     def resolve(self, spec: TaskSpec, n_train: int) -> FinetuneRecipe:
         """A copy with every task default filled in, for `n_train` training features."""
@@ -301,12 +310,12 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
                             f"{base.max_position_embeddings} positions")
     tokenizer = load_tokenizer(model_dir)
     run = prepare_task(spec, data_dir, recipe, tokenizer, base)
-    model = new_head(run, model_dir, base)
-    loss_fn, count_fn = head_objective(spec)
+    model = new_head(run, model_dir, base).to(device).train()
+    trained, loss_fn, count_fn = task_objective(run, model, model_dir, device)
     with out.claim():
         start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe)})
-        return train_task(run, model.to(device).train(), tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn,
-                          device=device, progress=progress, record={"model_dir": str(model_dir)})
+        return train_task(run, model, tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn, device=device,
+                          progress=progress, record={"model_dir": str(model_dir)}, trained=trained)
 
 
 # ---------------------------------------------------------------------------- the pieces of a run
@@ -426,8 +435,29 @@ def head_objective(spec: TaskSpec) -> tuple[LossFn, CountFn]:
     return loss_fn, count
 
 
+def task_objective(run: TaskRun, model: nn.Module, model_dir: str | Path, device: torch.device
+                   ) -> tuple[nn.Module, LossFn, CountFn]:
+    """What the optimizer steps and its objective: the head and its own loss, or, when the recipe sets
+    `mlm_weight`, the head with a training-only MLM head (train/joint.py: the joint objective), whose
+    head starts from `model_dir`'s own MLM head when it has one. `model` is the head, on `device`."""
+    loss_fn, count_fn = head_objective(run.spec)
+    r = run.recipe
+    if not r.mlm_weight:
+        return model, loss_fn, count_fn
+    from albertlm.train.joint import JointModel, joint_objective, mlm_head_from
+
+    with torch.random.fork_rng(devices=[]):  # building the MLM head leaves the run's dropout draws as they were
+        torch.manual_seed(r.seed)
+        joint = JointModel(model, mlm_head_from(model_dir, model.config).to(device))
+    generator = torch.Generator(device=device).manual_seed(r.seed)
+    loss_fn, count_fn = joint_objective(loss_fn, count_fn, weight=r.mlm_weight, probability=r.mlm_probability,
+                                        special=load_tokenizer(model_dir).special_ids, generator=generator)
+    return joint.train(), loss_fn, count_fn
+
+
 def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss_fn: LossFn, count_fn: CountFn,
-               device: torch.device, progress: bool, record: dict[str, Any], name: str = "finetune") -> dict[str, Any]:
+               device: torch.device, progress: bool, record: dict[str, Any], name: str = "finetune",
+               trained: nn.Module | None = None) -> dict[str, Any]:
     """Train `model` on the run's features with the shared loop, keeping the best dev checkpoint.
 
     Args:
@@ -439,11 +469,14 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
             padded inputs of the training features, whatever keys those carry.
         device, progress: the torch device; whether to show a progress bar.
         record, name: more entries for results.json (at least `model_dir`); the recipe's name (the bar's).
+        trained: what the optimizer steps and `loss_fn` is given, when more than the head (task_objective's
+            JointModel: the head with a training-only MLM head); the head alone is scored and saved.
     Returns:
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
     spec, r = run.spec, run.recipe
-    optimizer = task_optimizer(model, r)
+    trained = model if trained is None else trained
+    optimizer = task_optimizer(trained, r)
     logger = MetricsLogger(out_dir)
     logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
                             **dataclasses.asdict(r)})
@@ -456,8 +489,10 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str]:
         train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
         if logged:
+            mlm = ({"mlm_loss": m["mlm_loss_sum"] / m["mlm_n"], "mlm_accuracy": m["mlm_correct"] / m["mlm_n"]}
+                   if m.get("mlm_n") else {})
             logger.log(done, "train", {"loss": train_loss, "lr": lr, "grad_norm": m["grad_norm"],
-                                       "skipped": m["skipped"]})
+                                       "skipped": m["skipped"], **mlm})
         return {"loss": f"{train_loss:.4f}", "best": f"{best['value']:.4f}" if best["value"] is not None else "-"}
 
     def on_eval(done: int) -> bool:
@@ -476,7 +511,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         state["bad_evals"] += 1
         return bool(r.patience and state["bad_evals"] >= r.patience)
 
-    step = run_steps(model, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
+    step = run_steps(trained, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
                      batches=batcher(run, device), lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
                      count_fn=count_fn, ctx=DistContext(device=device),
                      settings=step_settings(r), on_log=on_log,

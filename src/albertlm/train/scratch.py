@@ -46,8 +46,8 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, head_objective, load_tokenizer, new_head,
-                                     prepare_task, score, start_outputs, step_settings, task_optimizer, train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, load_tokenizer, new_head, prepare_task, score,
+                                     start_outputs, step_settings, task_objective, task_optimizer, train_task)
 from albertlm.train.loop import train_step
 from albertlm.utils import atomic_write_text
 
@@ -289,14 +289,14 @@ def probe(run: TaskRun, base_dir: Path, base: AlbertConfig, device: torch.device
 
     r = run.recipe
     model = new_head(run, base_dir, base).to(device).train()
-    optimizer = task_optimizer(model, r)
-    loss_fn, count_fn = head_objective(run.spec)
+    trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
+    optimizer = task_optimizer(trained, r)
     batches = batcher(dataclasses.replace(run, rng=np.random.default_rng(r.seed + 1)), device)
     ctx, settings = DistContext(device=device), step_settings(r)
     times = []
     for index in range(steps):
         start = time.perf_counter()
-        train_step(model, optimizer, batches(index), lr=r.lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
+        train_step(trained, optimizer, batches(index), lr=r.lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
                    settings=settings)
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
@@ -393,8 +393,8 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
         f"{budget_s:.0f} s used so far")
     final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every)
     run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
-    model = new_head(run, base_dir, base)
-    loss_fn, count_fn = head_objective(spec)
+    model = new_head(run, base_dir, base).to(device).train()
+    trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
               "max_seq_length": run.recipe.max_seq_length,
               "probe": {"steps": recipe.probe_steps, "step_s": step_s, "eval_s": eval_s},
@@ -402,8 +402,8 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
               "reproduce": ["albertlm", "finetune", "--task", spec.name, "--model", str(base_dir), "--data",
                             str(data_dir), *recipe_flags(run.recipe)]}
     start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe), "from_scratch": record})
-    results = train_task(run, model.to(device).train(), tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn,
-                         device=device, progress=progress, record={"model_dir": str(base_dir)})
+    results = train_task(run, model, tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn, device=device,
+                         progress=progress, record={"model_dir": str(base_dir)}, trained=trained)
     stage("train_s", t)
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
