@@ -146,3 +146,17 @@ def test_curriculum_trains_short_examples_first_and_resumes_exactly(prepared, tm
     pretrain(recipe, run, progress=False, stop_after=4)
     pretrain(recipe, run, progress=False, resume=True)
     assert _losses(run) == _losses(ref)
+
+
+def test_the_summary_reports_no_sentence_accuracy_without_a_sentence_objective():
+    from albertlm.train.pretrain import format_summary
+
+    e = {"mlm_mask_accuracy": 0.1, "baseline_unigram_accuracy": 0.04, "baseline_bigram_accuracy": 0.1,
+         "mlm_mask_loss": 5.0, "mask_distinct_predictions": 9, "mlm_kept_accuracy": 0.5, "mlm_random_accuracy": 0.0,
+         "mlm_all_accuracy": 0.2, "sop_accuracy": 1.0, "baseline_sop_accuracy": 1.0, "examples": 647}
+    summary = {"steps": 2, "tokens_seen": 10, "train_seconds": 1.0, "tokens_per_s": 10.0, "parameters": 5,
+               "eval": e, "run_dir": "r"}
+    none = format_summary({**summary, "objective": "none"})
+    assert "SOP accuracy" not in none and "no sentence-level objective (objective none); 647" in none
+    assert "held-out SOP accuracy 100.0%" in format_summary({**summary, "objective": "sop"})
+    assert "held-out NSP accuracy" in format_summary({**summary, "objective": "nsp"})

@@ -193,7 +193,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     wall = elapsed_before + time.perf_counter() - start
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
-               "eval": eval_metrics, "run_dir": str(run_dir)}
+               "eval": eval_metrics, "objective": recipe.objective, "run_dir": str(run_dir)}
     final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
@@ -358,8 +358,12 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"{e['mask_distinct_predictions']:,} distinct predictions")
         lines.append(f"  kept positions (answer visible) {e['mlm_kept_accuracy']:.1%}, random-token positions "
                      f"{e['mlm_random_accuracy']:.1%}; all predicted positions {e['mlm_all_accuracy']:.1%}")
-        lines.append(f"held-out SOP accuracy {e['sop_accuracy']:.1%}  (chance / majority-label baseline "
-                     f"{e['baseline_sop_accuracy']:.1%}), on {int(e['examples']):,} examples")
+        if summary.get("objective", "sop") == "none":  # every label is "in order": an accuracy would mean nothing
+            lines.append(f"no sentence-level objective (objective none); {int(e['examples']):,} held-out examples")
+        else:
+            lines.append(f"held-out {summary.get('objective', 'sop').upper()} accuracy {e['sop_accuracy']:.1%}  (chance "
+                         f"/ majority-label baseline {e['baseline_sop_accuracy']:.1%}), on {int(e['examples']):,} "
+                         "examples")
     if "model_dir" in summary:
         lines.append(f"model (loads with transformers' AlbertForPreTraining.from_pretrained): {summary['model_dir']}")
     lines.append(f"run directory: {summary['run_dir']}")
