@@ -160,3 +160,15 @@ def test_the_summary_reports_no_sentence_accuracy_without_a_sentence_objective()
     assert "SOP accuracy" not in none and "no sentence-level objective (objective none); 647" in none
     assert "held-out SOP accuracy 100.0%" in format_summary({**summary, "objective": "sop"})
     assert "held-out NSP accuracy" in format_summary({**summary, "objective": "nsp"})
+
+
+def test_a_run_without_a_sentence_objective_says_so_at_the_end(tmp_path, capsys):
+    from albertlm.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join("\n".join(f"line {d} {i} of the story ." for i in range(6)) for d in range(60)) + "\n")
+    assert main(["pretrain", "--preset", "test", "--corpus", str(corpus), "--out-dir", str(tmp_path / "runs"),
+                 "--objective", "none", "--heldout-fraction", "0.2", "--steps", "2", "--warmup-steps", "1", "--eval-every", "2", "--vocab-size",
+                 "60", "--workers", "1", "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "no sentence-level objective (objective none)" in printed and "SOP accuracy" not in printed

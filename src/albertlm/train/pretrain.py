@@ -193,7 +193,7 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     wall = elapsed_before + time.perf_counter() - start
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
-               "eval": eval_metrics, "objective": recipe.objective, "run_dir": str(run_dir)}
+               "eval": eval_metrics, "objective": recipe.build.objective, "run_dir": str(run_dir)}
     final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
