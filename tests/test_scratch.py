@@ -312,6 +312,8 @@ def test_without_scikit_learn_the_baseline_says_how_to_get_it(tmp_path, capsys, 
     (["--task", "sst-2", "--warmup-steps", "10"], "--warmup-steps: without --model the budget sets"),
     (["--task", "sst-2", "--max-seq-length", "1024"], "--max-seq-length 1024: albert-tiny has only 512 positions"),
     (["--task", "sst-2", "--model", "m", "--budget", "5"], "--budget sizes a run without --model"),
+    (["--task", "conll2003", "--pooler-reinit"], "--pooler-reinit: task conll2003 uses an "
+                                                 "AlbertForTokenClassification, which has no sentence vector"),
 ])
 def test_refusals_are_one_line_before_any_work(tmp_path, capsys, flags, message):
     (tmp_path / "data").mkdir()

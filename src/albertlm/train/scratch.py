@@ -46,8 +46,9 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import load_vocabulary, train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, head_objective, load_tokenizer, new_head,
-                                     prepare_task, score, start_outputs, step_settings, task_optimizer, train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, check_head_options, head_objective,
+                                     load_tokenizer, new_head, prepare_task, score, start_outputs, step_settings,
+                                     task_optimizer, train_task)
 from albertlm.train.loop import train_step
 from albertlm.train.word_vectors import fit_word_vectors, write_rows
 from albertlm.utils import atomic_write_text
@@ -209,8 +210,8 @@ def plan_steps(recipe: ScratchRecipe, *, budget_s: float, spent_s: float, step_s
 # ---------------------------------------------------------------------------- the stages
 def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe) -> None:
     """Refuse, before any work, a budget that is not a positive number, a family a random model cannot
-    train on alone, a data directory without a train or a dev file, and a max_seq_length the preset's
-    positions do not hold."""
+    train on alone, head options its head does not take, a data directory without a train or a dev file,
+    and a max_seq_length the preset's positions do not hold."""
     number = isinstance(budget_minutes, (int, float)) and not isinstance(budget_minutes, bool)
     if not (number and math.isfinite(budget_minutes) and budget_minutes > 0):
         shown = f"{budget_minutes:g}" if number else repr(budget_minutes)
@@ -223,6 +224,7 @@ def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, re
         raise AlbertlmError(f"task {spec.name}: without --model albertlm trains classification (single sentences, "
                             f"pairs, regression) and NER tasks, not {spec.family.name.replace('_', ' ')}; give "
                             "--model DIR (a pretrained model)")
+    check_head_options(spec, recipe.finetune)
     for split in ("train", "dev"):
         if split not in spec.files:
             raise AlbertlmError(f"task {spec.name} has no {split} split; training without --model needs one")
