@@ -215,6 +215,32 @@ def test_the_base_repeats_the_run_exactly(runs, tmp_path, capsys):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_word_vectors_start_the_base_word_table(runs, tmp_path, capsys, one_thread):
+    """ScratchRecipe(word_vectors=True): base/ holds the vectors (specials and unseen pieces keep the random
+    rows of the same seed), results.json records them, and the recorded command still repeats the run."""
+    data, plain, plain_results, _, _ = runs["sst-2"]
+    assert plain_results["from_scratch"]["word_vectors"] is None
+    out = tmp_path / "out"
+    results = scratch.finetune_from_scratch("sst-2", data, out, float(BUDGET),
+                                            dataclasses.replace(SMALL, word_vectors=True), progress=False)
+    record = results["from_scratch"]["word_vectors"]
+    assert record["window"] == 5 and record["seconds"] >= 0 and record["pairs"] > 0
+    key = "albert.embeddings.word_embeddings.weight"
+    random_rows = load_file(plain / "base" / "model.safetensors")[key]
+    table = load_file(out / "base" / "model.safetensors")[key]
+    assert table.shape == random_rows.shape
+    kept = (table == random_rows).all(1)  # [V]: the rows left as the random init drew them
+    assert kept[:5].all() and int((~kept).sum()) == record["rows"] and record["share"] == pytest.approx(
+        record["rows"] / len(table), abs=1e-4)
+    assert 0.5 < record["share"] < 1  # most pieces of a trained vocabulary occur beside others
+    assert table[~kept].std().item() == pytest.approx(0.02, rel=0.01)
+    command = results["from_scratch"]["reproduce"]
+    assert main(command[1:] + ["--out", str(tmp_path / "again"), "--no-progress", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert again["dev_curve"] == results["dev_curve"]
+
+
 def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     """albert-tiny itself, on a training set small enough for its three-epoch cap to take a few steps."""
     r = random.Random(7)
@@ -286,6 +312,8 @@ def test_without_scikit_learn_the_baseline_says_how_to_get_it(tmp_path, capsys, 
     (["--task", "sst-2", "--warmup-steps", "10"], "--warmup-steps: without --model the budget sets"),
     (["--task", "sst-2", "--max-seq-length", "1024"], "--max-seq-length 1024: albert-tiny has only 512 positions"),
     (["--task", "sst-2", "--model", "m", "--budget", "5"], "--budget sizes a run without --model"),
+    (["--task", "conll2003", "--pooler-reinit"], "--pooler-reinit: task conll2003 uses an "
+                                                 "AlbertForTokenClassification, which has no sentence vector"),
 ])
 def test_refusals_are_one_line_before_any_work(tmp_path, capsys, flags, message):
     (tmp_path / "data").mkdir()

@@ -2,8 +2,9 @@
 
 `config.json` is the contract with the Hugging Face ecosystem: every field below carries the name and
 default of transformers' `AlbertConfig` (the defaults describe albert-xxlarge), so a config written
-by `save_pretrained` maps 1:1. Our one extension is `sharing`, the cross-layer parameter sharing
-strategy of the paper's Table 4.
+by `save_pretrained` maps 1:1. Our extensions are `sharing`, the cross-layer parameter sharing
+strategy of the paper's Table 4, `embedding_layout` (albert_zh's), and `classifier_pooling` (a
+sentence-level head's pooling; written only when it is not ALBERT's own).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
 EMBEDDING_LAYOUTS = ("albert", "albert_zh")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 """The values of `problem_type` (transformers accepts these and no other)."""
+CLASSIFIER_POOLINGS = ("cls", "mean")
+"""The values of `classifier_pooling`: ALBERT's pooler on [CLS], or the mean of the real tokens."""
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 
 # Keys that released TF-era configs carry and nothing reads; accepted and dropped.
@@ -129,6 +132,10 @@ class AlbertConfig:
     """Optional label names of a fine-tuned classifier."""
     problem_type: str | None = None
     """single_label_classification, multi_label_classification or regression (fine-tuning)."""
+    classifier_pooling: str = "cls"
+    """What a sentence-level head classifies: "cls", the pooler tanh(Linear(h[CLS])) (ALBERT's, and the
+    only one transformers knows), or "mean", the mean of the last layer over the non-padding tokens (no
+    pooler). Ours, like `sharing`; transformers refuses to load a "mean" head (interop/hf.py)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Unknown config.json keys, kept so a round trip loses nothing."""
 
@@ -193,6 +200,9 @@ class AlbertConfig:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"problem_type {self.problem_type!r} is unknown; "
                               f"choose one of {', '.join(PROBLEM_TYPES)}")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ConfigError(f"classifier_pooling {self.classifier_pooling!r} is unknown; "
+                              f"choose one of {', '.join(CLASSIFIER_POOLINGS)}")
         if self.id2label is not None and sorted(self.id2label) != list(range(self.num_labels)):
             raise ConfigError(f"id2label must name the ids 0 to {self.num_labels - 1} (num_labels={self.num_labels}), "
                               f"got ids {sorted(self.id2label)}")
@@ -289,10 +299,11 @@ class AlbertConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config.json content, in transformers' layout plus `sharing`."""
+        """The config.json content, in transformers' layout plus `sharing` and `embedding_layout`, and
+        `classifier_pooling` when it is not "cls" (so every other config.json is as before it existed)."""
         out: dict[str, Any] = dict(self.extra)
         for f in dataclasses.fields(self):
-            if f.name == "extra":
+            if f.name == "extra" or (f.name == "classifier_pooling" and self.classifier_pooling == "cls"):
                 continue
             out[f.name] = getattr(self, f.name)
         out["model_type"] = "albert"

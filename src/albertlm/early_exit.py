@@ -32,7 +32,7 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
-from albertlm.heads import (HEADS, AlbertForSequenceClassification, AlbertForTokenClassification,
+from albertlm.heads import (HEADS, AlbertForSequenceClassification, AlbertForTokenClassification, has_pooler,
                             resolve_problem_type, sequence_loss, token_loss)
 from albertlm.interop.hf import load_safetensors
 from albertlm.model import attention_bias
@@ -199,6 +199,9 @@ class EarlyExitSequenceClassifier(ExitHeads, AlbertForSequenceClassification):
     per_position = False
 
     def __init__(self, config: AlbertConfig):
+        if not has_pooler(config):  # exit_logits pool [CLS]; a layer's mean would need the mask
+            raise AlbertlmError(f"exit heads classify the pooler's [CLS] vector; classifier_pooling="
+                                f"{config.classifier_pooling!r} has no pooler")
         super().__init__(config)
         self.add_exit_heads()
 

@@ -10,6 +10,10 @@ Class and attribute names follow transformers' (`albert`, `classifier`, `qa_outp
 `interop/hf.py` registers one key-table row per head, so the checkpoints load both ways. The
 classifier dropout is `config.classifier_dropout_prob` (paper Table 14: 0.1 for every task); the
 question-answering head has none, as in the official code and transformers.
+
+The two sentence-level heads classify `sentence_vector`: ALBERT's pooler on [CLS] by default, or,
+with `config.classifier_pooling == "mean"`, the mean of the last layer over the non-padding tokens
+(`mean_pool`; such a head has no pooler, and transformers refuses it rather than pooling [CLS]).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from albertlm.config import PROBLEM_TYPES, AlbertConfig
-from albertlm.model import AlbertModel, PreTrainedAlbert
+from albertlm.model import AlbertModel, AlbertModelOutput, PreTrainedAlbert
 from albertlm.vocab import IGNORE_INDEX
 
 
@@ -109,14 +113,60 @@ def token_loss(config: AlbertConfig, logits: torch.Tensor, labels: torch.Tensor)
     return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1), ignore_index=IGNORE_INDEX)
 
 
+# ---------------------------------------------------------------------------- sentence vectors
+def mean_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of each sequence's non-padding positions.
+
+    Args:
+        h: [B, S, H] hidden states.
+        attention_mask: [B, S], 1 for tokens and 0 for padding; None means no padding.
+    Returns:
+        [B, H]; a row without any token gives zeros.
+    """
+    if attention_mask is None:
+        return h.mean(1)
+    keep = attention_mask.to(h.dtype).unsqueeze(-1)  # [B, S, 1]
+    return (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # [B, H]
+
+
+def has_pooler(config: AlbertConfig) -> bool:
+    """Whether a sentence-level head of this config uses (and has) ALBERT's pooler."""
+    return config.classifier_pooling == "cls"
+
+
+def sentence_vector(config: AlbertConfig, out: AlbertModelOutput, attention_mask: torch.Tensor | None
+                    ) -> torch.Tensor:
+    """What a sentence-level head classifies, by `config.classifier_pooling`: the pooler's output
+    tanh(Linear(h[CLS])) ("cls") or the mean of the last layer's real tokens ("mean"), [B, H]."""
+    return out.pooler_output if has_pooler(config) else mean_pool(out.last_hidden_state, attention_mask)
+
+
+@torch.no_grad()
+def reinit_pooler(model: PreTrainedAlbert, generator: torch.Generator) -> None:
+    """Draw the pooler of a sentence-level head afresh, as the official init does (weight N(0,
+    initializer_range), bias 0), from `generator`; every other weight is left as it is. A pretrained
+    pooler was trained for sentence order, not for the task (Zhang et al. 2021, "Revisiting
+    few-sample BERT fine-tuning", re-initialise it).
+
+    Raises:
+        ValueError: the model has no pooler (token-level heads, mean pooling).
+    """
+    pooler = getattr(getattr(model, "albert", None), "pooler", None)
+    if pooler is None:
+        raise ValueError(f"{type(model).__name__} has no pooler to re-initialise")
+    pooler.weight.normal_(0.0, model.config.initializer_range, generator=generator)
+    pooler.bias.zero_()
+
+
 # ---------------------------------------------------------------------------- sentence-level heads
 class AlbertForSequenceClassification(PreTrainedAlbert):
-    """Classification or regression from the pooled [CLS] vector (GLUE-style tasks)."""
+    """Classification or regression from the pooled [CLS] vector (GLUE-style tasks), or from the mean
+    of the tokens (`config.classifier_pooling`)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
         self.config = config
-        self.albert = AlbertModel(config)
+        self.albert = AlbertModel(config, add_pooling_layer=has_pooler(config))
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
@@ -135,18 +185,19 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
             SequenceClassifierOutput with logits [B, num_labels].
         """
         out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))  # [B, num_labels]
+        logits = self.classifier(self.dropout(sentence_vector(self.config, out, attention_mask)))  # [B, num_labels]
         loss = sequence_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
 class AlbertForMultipleChoice(PreTrainedAlbert):
-    """One score per (context, choice) pair from its pooled [CLS] vector, softmax over the choices (RACE)."""
+    """One score per (context, choice) pair from its pooled [CLS] vector (or its tokens' mean), softmax over
+    the choices (RACE)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
         self.config = config
-        self.albert = AlbertModel(config)
+        self.albert = AlbertModel(config, add_pooling_layer=has_pooler(config))
         self.dropout = nn.Dropout(config.classifier_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, 1)  # [1, H] whatever num_labels says
         self.init_weights()
@@ -170,7 +221,8 @@ class AlbertForMultipleChoice(PreTrainedAlbert):
 
         out = self.albert(flat(input_ids), flat(attention_mask), flat(token_type_ids),
                           flat(position_ids), output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # [B*C, 1] -> [B, C]
+        pooled = sentence_vector(self.config, out, flat(attention_mask))  # [B*C, H]
+        logits = self.classifier(self.dropout(pooled)).view(B, C)  # [B*C, 1] -> [B, C]
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return MultipleChoiceOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 

@@ -7,9 +7,10 @@ import argparse
 from albertlm.cli.tasks import _one_line_warnings, task_from_args, training_run_args
 from albertlm.options import add_dataclass_options, dataclass_from_args
 
-NOT_HERE = ("doc_stride", "max_query_length", "max_answer_length", "early_exit")
-"""Recipe fields distillation has no use for: question answering's (it takes classifiers), and early
-exit (the student learns the teacher's final layer; fine-tune it with --early-exit afterwards)."""
+NOT_HERE = ("doc_stride", "max_query_length", "max_answer_length", "early_exit", "pooler_reinit")
+"""Recipe fields distillation has no use for: question answering's (it takes classifiers), early exit
+(the student learns the teacher's final layer; fine-tune it with --early-exit afterwards) and the
+pooler's re-initialisation (the student keeps the pooler it starts with)."""
 
 
 def distill_args(p: argparse.ArgumentParser) -> None:

@@ -468,16 +468,22 @@ def load_state_into(model: nn.Module, path: str | Path) -> None:
 
 
 def transformers_can_load(config: AlbertConfig) -> bool:
-    """Whether transformers' ALBERT classes can express this network (not partial sharing or albert_zh)."""
+    """Whether transformers' ALBERT classes can express this network (not partial sharing, albert_zh or a
+    mean-pooled head)."""
     return _refusal(config, "AlbertModel") is None
 
 
 def _refusal(config: AlbertConfig, arch: str) -> str | None:
-    """The message transformers should show for a network it cannot express, or None if it can."""
+    """The message transformers should show for a network it cannot express, or None if it can.
+
+    A mean-pooled head (`classifier_pooling="mean"`) would load there without complaint and classify
+    the pooler's [CLS] vector instead: a silently wrong model, so it is refused like the others."""
     if config.projects_words:
         what = f"embedding_layout={config.embedding_layout!r}"
     elif config.sharing in ("attention", "ffn"):
         what = f"sharing={config.sharing!r}"
+    elif config.classifier_pooling != "cls":
+        what = f"classifier_pooling={config.classifier_pooling!r}"
     else:
         return None
     return f"albertlm: {what} cannot be expressed by transformers; load this checkpoint with albertlm.{arch}.from_pretrained"
@@ -488,7 +494,8 @@ def save_pretrained(model: nn.Module, path: str | Path, state_dict: Mapping[str,
 
     Sharing `attention` or `ffn` keeps the same key layout (block j at group j, inner layer 0) and
     our `sharing` field; albert_zh's embedding layout adds `embeddings.word_embeddings_2.weight`,
-    drops `encoder.embedding_hidden_mapping_in` and keeps our `embedding_layout` field.
+    drops `encoder.embedding_hidden_mapping_in` and keeps our `embedding_layout` field; a mean-pooled
+    head has no pooler tensors and keeps our `classifier_pooling` field.
     transformers has no such models, so config.json also carries a `layer_types`
     list whose entries are a message: transformers' strict config validation rejects it and shows
     the message, rather than loading a wrong network. Our reader ignores `layer_types`.

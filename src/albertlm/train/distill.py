@@ -55,8 +55,8 @@ from albertlm.heads import HEADS
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_finite_outputs, head_config, load_head,
-                                     load_tokenizer, output_dir, prepare_task, run_features, start_outputs,
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_finite_outputs, check_head_options, head_config,
+                                     load_head, load_tokenizer, output_dir, prepare_task, run_features, start_outputs,
                                      train_task)
 from albertlm.train.inference import head_name, load_finetuned, task_labels
 from albertlm.train.loop import CountFn, LossFn
@@ -428,6 +428,10 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     if recipe.early_exit:  # the student's loss is the distillation loss of its last layer only
         raise AlbertlmError("--early-exit: distillation trains the final classifier only; fine-tune the distilled "
                             "student with `albertlm finetune --early-exit` to add exit heads")
+    if recipe.pooler_reinit:
+        raise AlbertlmError("--pooler-reinit: a distillation student keeps the pooler it starts with (a preset "
+                            "student's is random already)")
+    check_head_options(spec, recipe)
     teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device, data_dir)
     base, student_dir = student_base(student, teacher_dir, t_config, tokenizer, settings)
     inputs = {"--teacher": teacher_dir, "--data": data_dir, "--unlabelled": settings.unlabelled,

@@ -29,10 +29,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from albertlm.config import AlbertConfig
+from albertlm.config import CLASSIFIER_POOLINGS, AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.early_exit import EXIT_HEADS, head_class, with_exit_heads
 from albertlm.errors import AlbertlmError
+from albertlm.heads import reinit_pooler
 from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
@@ -109,11 +110,24 @@ class FinetuneRecipe:
     (train/joint.py); 0 trains on the task's loss alone."""
     mlm_probability: float = 0.15
     """Joint objective: the share of pieces masked and predicted."""
+    classifier_pooling: str = "cls"
+    """Sentence-level heads: classify ALBERT's pooler on [CLS] (cls) or the mean of the last layer over the
+    non-padding tokens (mean: no pooler; saved in config.json, which evaluate and predict follow;
+    transformers refuses such a head)."""
+    pooler_reinit: bool = False
+    """Sentence-level heads: draw the pooler afresh (N(0, initializer_range)) instead of keeping the model's."""
 
     def __post_init__(self) -> None:
         check_field_types(self)
         if self.optimizer not in ("adamw", "lamb") or self.precision not in ("fp32", "bf16", "fp16"):
             raise AlbertlmError("optimizer must be adamw or lamb, precision fp32, bf16 or fp16")
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise AlbertlmError(f"classifier_pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}, got "
+                                f"{self.classifier_pooling!r}")
+        if self.classifier_pooling == "mean" and (self.pooler_reinit or self.early_exit):
+            raise AlbertlmError(f"--classifier-pooling mean has no pooler: it does not go with "
+                                f"{'--pooler-reinit' if self.pooler_reinit else '--early-exit'} (whose classifiers "
+                                "pool [CLS])")
         for name in ("lr", "batch_size", "micro_batch_size", "steps", "epochs", "max_seq_length", "eval_every",
                      "max_train_examples", "max_eval_examples", "eval_batch_size", "doc_stride", "max_query_length",
                      "max_answer_length"):
@@ -181,8 +195,23 @@ def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, re
     config = base.replace(num_labels=num_labels, id2label=dict(enumerate(labels)) if labels else None,
                           problem_type=spec.problem_type if classification else None,
                           hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout,
-                          classifier_dropout_prob=recipe.classifier_dropout, extra=extra)
+                          classifier_dropout_prob=recipe.classifier_dropout,
+                          classifier_pooling=recipe.classifier_pooling, extra=extra)
     return with_exit_heads(config, recipe.early_exit)  # off: drop any entry a fine-tuned base carried
+
+
+SENTENCE_HEADS = ("AlbertForSequenceClassification", "AlbertForMultipleChoice")
+"""The heads that classify a sentence vector, and so take --classifier-pooling and --pooler-reinit."""
+
+
+def check_head_options(spec: TaskSpec, recipe: FinetuneRecipe) -> None:
+    """Refuse --classifier-pooling mean and --pooler-reinit for a task whose head pools nothing (token
+    classification, QA)."""
+    given = [flag for flag, on in (("--classifier-pooling mean", recipe.classifier_pooling != "cls"),
+                                   ("--pooler-reinit", recipe.pooler_reinit)) if on]
+    if given and spec.family.head not in SENTENCE_HEADS:
+        raise AlbertlmError(f"{given[0]}: task {spec.name} uses an {spec.family.head}, which has no sentence "
+                            f"vector; it applies to {' and '.join(SENTENCE_HEADS)}")
 
 
 def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
@@ -304,6 +333,7 @@ def _finetune(task: str | TaskSpec, model_dir: str | Path, data_dir: str | Path,
     if recipe.early_exit and spec.family.head not in EXIT_HEADS:
         raise AlbertlmError(f"--early-exit: task {spec.name} uses an {spec.family.head}; early exit is implemented "
                             f"for {' and '.join(EXIT_HEADS)}")
+    check_head_options(spec, recipe)
     base = AlbertConfig.from_json_file(Path(model_dir) / "config.json")
     if recipe.max_seq_length is not None and recipe.max_seq_length > base.max_position_embeddings:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the model at {model_dir} has only "
@@ -386,10 +416,15 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
 
 def new_head(run: TaskRun, model_dir: str | Path, base: AlbertConfig) -> nn.Module:
     """The task's head on `model_dir`'s backbone, configured for the run, its new weights drawn from the
-    recipe's seed (torch's global generator, which the caller has forked: finetune())."""
+    recipe's seed (torch's global generator, which the caller has forked: finetune()); with
+    `pooler_reinit`, the pooler then drawn afresh from a generator of its own, seeded from the recipe's."""
     torch.manual_seed(run.recipe.seed)
     config = head_config(run.spec, base, run.labels, run.recipe, run.settings)
-    return load_head(run.spec, model_dir, config)
+    model = load_head(run.spec, model_dir, config)
+    if run.recipe.pooler_reinit:
+        stream = np.random.default_rng([run.recipe.seed, 1]).integers(2 ** 63)  # not the global stream's values
+        reinit_pooler(model, torch.Generator().manual_seed(int(stream)))
+    return model
 
 
 RERUN_REMOVES = MODEL_FILES + ("recipe.json", "results.json", "metrics.jsonl", "predictions_dev.*")

@@ -45,10 +45,12 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
                                       sklearn_missing)
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.tokenizer import train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, load_tokenizer, new_head, prepare_task, score,
-                                     start_outputs, step_settings, task_objective, task_optimizer, train_task)
+from albertlm.tokenizer import load_vocabulary, train_tokenizer
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, check_head_options, load_tokenizer, new_head,
+                                     prepare_task, score, start_outputs, step_settings, task_objective, task_optimizer,
+                                     train_task)
 from albertlm.train.loop import train_step
+from albertlm.train.word_vectors import fit_word_vectors, write_rows
 from albertlm.utils import atomic_write_text
 
 BASE = "base"
@@ -101,6 +103,11 @@ class ScratchRecipe:
     reserve: float = 0.05
     """Share of the budget left unplanned: what the probe does not time (writing the results, a machine
     whose load changes)."""
+    word_vectors: bool = False
+    """Start the word table from PPMI-SVD vectors of the training text (train/word_vectors.py) instead of
+    random rows; special tokens and pieces without a positive-PMI context keep theirs."""
+    word_vector_window: int = 5
+    """With word_vectors: pieces on each side that count as a piece's context."""
 
     def __post_init__(self) -> None:
         from albertlm.config import PRESETS
@@ -113,7 +120,8 @@ class ScratchRecipe:
         if planned:
             raise AlbertlmError(f"{planned[0]}: the budget sets the steps, warmup and evaluations of a run "
                                 "without a pretrained model")
-        positive = ("vocab_size", "chinese_vocab_size", "seq_length_min", "epochs", "evaluations", "probe_steps")
+        positive = ("vocab_size", "chinese_vocab_size", "seq_length_min", "epochs", "evaluations", "probe_steps",
+                    "word_vector_window")
         if any(getattr(self, name) <= 0 for name in positive) or self.seq_length_max < self.seq_length_min:
             raise AlbertlmError(f"{', '.join(positive)} must be positive and seq_length_max at least seq_length_min")
         if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
@@ -202,8 +210,8 @@ def plan_steps(recipe: ScratchRecipe, *, budget_s: float, spent_s: float, step_s
 # ---------------------------------------------------------------------------- the stages
 def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe) -> None:
     """Refuse, before any work, a budget that is not a positive number, a family a random model cannot
-    train on alone, a data directory without a train or a dev file, and a max_seq_length the preset's
-    positions do not hold."""
+    train on alone, head options its head does not take, a data directory without a train or a dev file,
+    and a max_seq_length the preset's positions do not hold."""
     number = isinstance(budget_minutes, (int, float)) and not isinstance(budget_minutes, bool)
     if not (number and math.isfinite(budget_minutes) and budget_minutes > 0):
         shown = f"{budget_minutes:g}" if number else repr(budget_minutes)
@@ -216,6 +224,7 @@ def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, re
         raise AlbertlmError(f"task {spec.name}: without --model albertlm trains classification (single sentences, "
                             f"pairs, regression) and NER tasks, not {spec.family.name.replace('_', ' ')}; give "
                             "--model DIR (a pretrained model)")
+    check_head_options(spec, recipe.finetune)
     for split in ("train", "dev"):
         if split not in spec.files:
             raise AlbertlmError(f"task {spec.name} has no {split} split; training without --model needs one")
@@ -240,9 +249,14 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
               log: Callable[[str], None]) -> tuple[AlbertConfig, dict[str, Any]]:
     """Train the vocabulary on the training text and save a random-init model of the preset beside it.
 
+    With `recipe.word_vectors` the random word table's rows are replaced by vectors of the same
+    text (train/word_vectors.py, from a generator seeded with `seed`) before the model is saved, so
+    base/ is still an ordinary ALBERT directory that `--model` repeats the run from.
+
     Returns:
         (the model's config, a record: the vocabulary asked for and trained, the language, the texts
-        it was trained on, the model's parameters, the seconds of the vocabulary and of the model).
+        it was trained on, the model's parameters, the seconds of the vocabulary and of the model, and
+        "word_vectors": None, or the seconds, window, rows and share of the vocabulary initialised).
     """
     texts = list(example_texts(train_ex))
     wanted = recipe.vocab_size
@@ -254,11 +268,20 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
     torch.manual_seed(seed)  # torch's global generator, forked by finetune_from_scratch
     config = get_preset(recipe.preset, vocab_size=trained.vocab_size)
     model = AlbertForPreTraining(config)
+    vectors = None
+    if recipe.word_vectors:
+        result = fit_word_vectors(texts, load_vocabulary(base_dir), config.embedding_size, config.initializer_range,
+                                  torch.Generator().manual_seed(seed), window=recipe.word_vector_window)
+        write_rows(model.albert.embeddings.word.weight, result)  # the MLM decoder is tied to it
+        vectors = {"seconds": round(result.seconds, 3), "window": recipe.word_vector_window,
+                   "rows": int(result.initialised.sum()), "share": round(result.share, 4), "pairs": result.pairs}
+        log(f"word vectors: {vectors['rows']:,} of {trained.vocab_size:,} rows ({100 * result.share:.1f}%) from "
+            f"PPMI-SVD of the training text in {result.seconds:.1f} s")
     start = time.perf_counter()
     model.save_pretrained(base_dir)
     record = {"vocab_size": trained.vocab_size, "requested_vocab_size": wanted, "language": "zh" if chinese else "en",
               "texts": len(texts), "parameters": sum(p.numel() for p in model.parameters()),
-              "vocabulary_s": round(vocab_s, 3), "save_s": time.perf_counter() - start}
+              "vocabulary_s": round(vocab_s, 3), "save_s": time.perf_counter() - start, "word_vectors": vectors}
     return config, record
 
 
@@ -370,9 +393,11 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
     chinese = is_chinese(train_ex)
     t = stage("read_s", t)
     base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log)
+    word_vectors = vocab.pop("word_vectors")
     t = stage("base_s", t)
     log(f"vocabulary: {vocab['vocab_size']:,} pieces ({'Chinese' if chinese else 'English'}) from {vocab['texts']:,} "
-        f"training texts; {recipe.preset}, random init, {vocab['parameters'] / 1e6:.1f}M parameters: {base_dir}")
+        f"training texts; {recipe.preset}, random init{' (word table from the text)' if word_vectors else ''}, "
+        f"{vocab['parameters'] / 1e6:.1f}M parameters: {base_dir}")
     tokenizer = load_tokenizer(base_dir)
     if ft.max_seq_length is None:
         ft = dataclasses.replace(ft, max_seq_length=choose_seq_length(train_ex, tokenizer, recipe,
@@ -396,6 +421,7 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
     model = new_head(run, base_dir, base).to(device).train()
     trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
+              "word_vectors": word_vectors,
               "max_seq_length": run.recipe.max_seq_length,
               "probe": {"steps": recipe.probe_steps, "step_s": step_s, "eval_s": eval_s},
               "plan": dataclasses.asdict(plan),
