@@ -20,10 +20,14 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
-from prometheus_client.parser import text_string_to_metric_families
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402  (after the skips)
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
@@ -214,6 +218,28 @@ def test_info_health_and_metrics(servers, models):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert cls.metrics()["albertlm_requests_total{code=200,route=/health}"] >= 1
     assert httpx.post(cls.url + "/predict", json={"inputs": []}, headers=AUTH).json() == []
+
+
+def test_question_answering_and_multiple_choice_answer_as_predict(models, tmp_path):
+    """In-process (the HTTP path is the same for every head): the answer's fields and its line."""
+    from test_finetune import write_race, write_squad
+
+    lines = {"squad-v1.1": ["what color is it ?\tthe cat is red and the dog is blue .", "what color is it ?\tblue ."],
+             "race": [json.dumps({"article": "a cat sat", "question": "which one is a color ?",
+                                  "options": ["red", "cat", "dog", "fish"]}),
+                      json.dumps({"context": "", "question": "the color is _ .", "options": ["dog", "blue", "x", "y"]})]}
+    for task, write in (("squad-v1.1", write_squad), ("race", write_race)):
+        data = tmp_path / task
+        data.mkdir()
+        write(data, random.Random(0))
+        finetune(task, models["pre"], data, tmp_path / f"ft-{task}", FinetuneRecipe(steps=1, **RECIPE), progress=False)
+        answers = ServedModel(tmp_path / f"ft-{task}", ServeSettings(device="cpu")).predict(lines[task])
+        assert [a["line"] for a in answers] == predict_lines(tmp_path / f"ft-{task}", lines[task], device="cpu")
+        for a, line in zip(answers, lines[task]):
+            if task == "race":
+                assert a["line"] == f"{a['choice']}\t{a['option']}" and a["option"] in json.loads(line)["options"]
+            else:
+                assert a["line"] == a["answer"] and a["answer"] in line.split("\t")[1]
 
 
 # ---------------------------------------------------------------------------- refusals

@@ -47,10 +47,12 @@ class ServeMetrics:
                                      buckets=tuple(range(1, layers + 1)), registry=r)
 
     def request(self, route: str, code: int, seconds: float) -> None:
+        """Count one answered request and its latency."""
         self.requests.labels(route, str(code)).inc()
         self.latency.labels(route).observe(seconds)
 
     def batch(self, requests: int, inputs: int, tokens: int, seconds: float) -> None:
+        """Record one model batch (the batcher's `on_batch`)."""
         self.batch_requests.observe(requests)
         self.batch_inputs.observe(inputs)
         self.batch_tokens.observe(tokens)
