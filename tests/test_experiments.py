@@ -1,0 +1,46 @@
+"""The experiment scripts' own logic (experiments/): the task corpus and the lever bases."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from experiments import scratch_base, task_corpus
+from albertlm.tasks.registry import get_task
+
+from test_finetune import write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
+
+
+def test_single_texts_are_grouped_and_pairs_are_two_line_documents(tmp_path):
+    write_sst(tmp_path, random.Random(0))
+    sst = get_task("sst-2").read(tmp_path, "train", False)
+    docs = task_corpus.corpus_text(sst, 16).strip().split("\n\n")
+    assert len(docs) == -(-len(sst) // 16) and docs[0].splitlines() == [e.text_a for e in sst[:16]]
+    (tmp_path / "stsb").mkdir()
+    write_stsb(tmp_path / "stsb", random.Random(0))
+    pairs = get_task("sts-b").read(tmp_path / "stsb", "train", False)
+    docs = task_corpus.corpus_text(pairs, 16).strip().split("\n\n")
+    assert len(docs) == len(pairs) and docs[3].splitlines() == [pairs[3].text_a, pairs[3].text_b]
+
+
+def test_the_scripts_refuse_bad_flags_in_one_line(tmp_path, capsys):
+    write_sst(tmp_path, random.Random(0))
+    assert task_corpus.main(["--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "c.txt"),
+                             "--group", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "task_corpus: error: --group must be positive, got 0"
+    assert scratch_base.main(["--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "b"),
+                              "--set", "colour=1"]) == 2
+    assert "ScratchRecipe has no field 'colour'" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_base_is_made_with_the_lever(tmp_path, capsys, monkeypatch):
+    import dataclasses
+
+    write_sst(tmp_path, random.Random(0))
+    small = dataclasses.replace(scratch_base.DEFAULT_RECIPE, preset="test", vocab_size=80)
+    monkeypatch.setattr(scratch_base, "DEFAULT_RECIPE", small)
+    assert scratch_base.main(["--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "b"),
+                              "--set", "word_vectors=true"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["word_vectors"]["share"] > 0.5 and (tmp_path / "b" / "model.safetensors").exists()
