@@ -73,9 +73,10 @@ def _cli(args, cwd, **kw):
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def test_killed_run_resumes_bit_for_bit(prepared, tmp_path):
+@pytest.mark.parametrize("objective", ["mlm", pytest.param("rtd", marks=pytest.mark.slow)])
+def test_killed_run_resumes_bit_for_bit(prepared, tmp_path, objective):
     _, corpus = prepared
-    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--device", "cpu"]
+    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--device", "cpu", "--token-objective", objective]
     ref_dir = _run_dir(prepared, tmp_path / "ref")
     assert _cli([*args, "--name", "ref"], tmp_path).wait(timeout=300) == 0
     # the same run, killed with SIGKILL once a checkpoint exists, then started again
