@@ -73,9 +73,10 @@ def _cli(args, cwd, **kw):
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def test_killed_run_resumes_bit_for_bit(prepared, tmp_path):
+@pytest.mark.parametrize("objective", ["mlm", pytest.param("rtd", marks=pytest.mark.slow)])
+def test_killed_run_resumes_bit_for_bit(prepared, tmp_path, objective):
     _, corpus = prepared
-    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--device", "cpu"]
+    args = [*ARGS, "--corpus", corpus, "--out-dir", str(tmp_path), "--device", "cpu", "--token-objective", objective]
     ref_dir = _run_dir(prepared, tmp_path / "ref")
     assert _cli([*args, "--name", "ref"], tmp_path).wait(timeout=300) == 0
     # the same run, killed with SIGKILL once a checkpoint exists, then started again
@@ -156,10 +157,10 @@ def test_the_summary_reports_no_sentence_accuracy_without_a_sentence_objective()
          "mlm_all_accuracy": 0.2, "sop_accuracy": 1.0, "baseline_sop_accuracy": 1.0, "examples": 647}
     summary = {"steps": 2, "tokens_seen": 10, "train_seconds": 1.0, "tokens_per_s": 10.0, "parameters": 5,
                "eval": e, "run_dir": "r"}
-    none = format_summary({**summary, "objective": "none"})
+    none = format_summary(summary, "none")
     assert "SOP accuracy" not in none and "no sentence-level objective (objective none); 647" in none
-    assert "held-out SOP accuracy 100.0%" in format_summary({**summary, "objective": "sop"})
-    assert "held-out NSP accuracy" in format_summary({**summary, "objective": "nsp"})
+    assert "held-out SOP accuracy 100.0%" in format_summary(summary, "sop")
+    assert "held-out NSP accuracy" in format_summary(summary, "nsp")
 
 
 def test_a_run_without_a_sentence_objective_says_so_at_the_end(tmp_path, capsys):

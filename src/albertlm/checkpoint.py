@@ -4,6 +4,7 @@ A run directory holds
 
     checkpoints/step-00001000/     one complete checkpoint:
         config.json, model.safetensors   the model, in the Hugging Face layout (interop/hf.py)
+        rtd_training.safetensors          token_objective rtd only: the generator and heads that are not the model (train/rtd.py)
         optimizer.pt                      optimizer state (tensors + plain Python, read with weights_only=True)
         trainer.json                      step, the tracked metric, and the caller's state (pretraining: data cursors, tokens seen, time)
         rng.pt                            torch CPU (and CUDA) RNG states of every rank
@@ -250,11 +251,9 @@ def load_checkpoint(ckpt: str | os.PathLike, model: nn.Module,
     Returns:
         The trainer state saved with it (step, data cursor, ...).
     """
-    from albertlm.interop.hf import load_state_into
-
     ckpt = Path(ckpt)
     state = _read_state(ckpt)
-    load_state_into(unwrap(model), ckpt)
+    unwrap(model).load_state_from(ckpt)  # the counterpart of the save_pretrained that wrote it
     if optimizer is not None:
         optimizer.load_state_dict(read_optimizer_state(ckpt))
     if restore_rng and (ckpt / "rng.pt").exists():

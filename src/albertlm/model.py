@@ -311,6 +311,12 @@ class PreTrainedAlbert(nn.Module):
 
         save_pretrained(self, path, state_dict=state_dict)
 
+    def load_state_from(self, path: str | Path) -> None:
+        """Load a directory `save_pretrained` wrote into this model, every weight required (training resume)."""
+        from albertlm.interop.hf import load_state_into
+
+        load_state_into(self, path)
+
 
 # ---------------------------------------------------------------------------- the backbone
 class AlbertModel(PreTrainedAlbert):

@@ -82,7 +82,7 @@ def pretrain_run(args: argparse.Namespace) -> int:
         summary = pretrain(recipe, run_dir, ctx, resume=not args.restart, restart=args.restart,
                            progress=not args.no_progress)
         if ctx.is_main:
-            print(format_summary(summary))
+            print(format_summary(summary, recipe.build.objective))
     finally:
         shutdown()
     return 0

@@ -28,6 +28,7 @@ from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
                                  check_patience, has_exit_heads, head_class)
 from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
+from albertlm.train.rtd import CONFIG_KEY as RTD_CONFIG_KEY
 from albertlm.utils import check_field_types
 
 
@@ -517,7 +518,13 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
 
     if top_k < 1:
         raise AlbertlmError(f"--top-k must be at least 1, got {top_k}")
-    arch, _ = read_architecture(model_dir)
+    arch, config = read_architecture(model_dir)
+    pretraining = config.extra.get(RTD_CONFIG_KEY)
+    rtd = isinstance(pretraining, dict) and pretraining.get("token_objective") == "rtd"
+    if arch not in MASKED_LM_ARCHITECTURES and rtd:
+        raise AlbertlmError(f"{model_dir}: the discriminator of a replaced-token-detection run, saved without a "
+                            "masked-LM head (it learnt to tell replaced tokens, not to fill masks); fine-tune it with "
+                            "albertlm finetune --model")
     if arch not in MASKED_LM_ARCHITECTURES:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, which has no masked-LM head; fill-mask needs a "
                             f"pretrained directory ({' or '.join(MASKED_LM_ARCHITECTURES)})")

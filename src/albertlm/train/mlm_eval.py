@@ -23,7 +23,9 @@ so they are scored on exactly the positions the model is scored on.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -122,9 +124,19 @@ def position_kinds(input_ids: torch.Tensor, labels: torch.Tensor, mask_id: int =
     return {"mask": mask, "kept": kept, "random": predicted & ~mask & ~kept}
 
 
+def mask_accuracy_sums(out, batch: dict[str, torch.Tensor], mask_id: int = MASK_ID) -> tuple[float, float]:
+    """(correct predictions, positions) at the [MASK] positions of a training batch: the progress
+    bar's `mask_acc`. `out` holds sparse `prediction_logits` [N, V] over `prediction_mask` [B, S]."""
+    targets = batch["labels"][out.prediction_mask]
+    at_mask = position_kinds(batch["input_ids"], batch["labels"], mask_id)["mask"][out.prediction_mask]
+    return float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum()), float(at_mask.sum())
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | None = None, batch_size: int = 64,
-             max_examples: int | None = None, baselines: TokenBaselines | None = None) -> dict[str, float]:
+             max_examples: int | None = None, baselines: TokenBaselines | None = None,
+             forward: Callable[[nn.Module, dict[str, torch.Tensor]], Any] | None = None,
+             extra_sums: Callable[[Any, dict[str, torch.Tensor]], dict[str, float]] | None = None) -> dict[str, float]:
     """Held-out MLM and sentence-order scores, split by position kind, with their baselines.
 
     Every rank scores its share, then the sums are all-reduced.
@@ -134,6 +146,11 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
         dataset: the held-out split; example i is masked as in epoch 0, so every evaluation of a run
             scores the same positions.
         baselines: count tables of the training split (default: counted from `dataset.directory`).
+        forward: (the plain model, a batch) -> its output with `prediction_logits` (sparse),
+            `prediction_mask` and `sop_logits`; default `model(**batch)`. Replaced-token detection
+            scores its generator's MLM this way (train/rtd.py).
+        extra_sums: (output, batch) -> more sums to total over the split; returned under their
+            names beside the metrics below.
     Returns:
         mlm_mask_accuracy / mlm_mask_loss: at [MASK] positions (the headline);
         mlm_kept_accuracy, mlm_random_accuracy: at the other predicted positions;
@@ -155,6 +172,7 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
              + ["unigram_correct", "bigram_correct", "sop_correct", "sop_ones", "examples"])
     sums = torch.zeros(len(names), dtype=torch.float64)
     predicted_at_mask = torch.zeros(config.vocab_size, dtype=torch.float64)
+    extra: dict[str, float] = {}
     limit = min(max_examples if max_examples is not None else dataset.num_examples, dataset.num_examples)
     # Every rank runs the same number of forward passes (FSDP's all-gathers need all of them):
     # global chunks of batch_size x world, each rank its slice; an empty slice runs a dummy batch.
@@ -164,13 +182,21 @@ def evaluate(model: nn.Module, dataset: PretrainingDataset, ctx: DistContext | N
         weight = 1.0 if mine else 0.0
         batch = {k: v.to(ctx.device) for k, v in collate([dataset.example(i, epoch=0) for i in (mine or [0])],
                                                          special=dataset.special_ids).items()}
-        row, guess_at_mask = _batch_sums(unwrap(model)(**batch), batch, baselines, dataset.special_ids.mask)
+        out = forward(unwrap(model), batch) if forward is not None else unwrap(model)(**batch)
+        row, guess_at_mask = _batch_sums(out, batch, baselines, dataset.special_ids.mask)
         sums += weight * row
         predicted_at_mask += weight * torch.bincount(guess_at_mask, minlength=config.vocab_size).double()
+        for k, v in (extra_sums(out, batch) if extra_sums is not None else {}).items():
+            extra[k] = extra.get(k, 0.0) + weight * v
     model.train()
     s = dict(zip(names, all_reduce_sum(sums.to(ctx.device), ctx).cpu().tolist()))
     distinct = int((all_reduce_sum(predicted_at_mask.to(ctx.device), ctx) > 0).sum())
-    return _metrics(s, distinct)
+    result = _metrics(s, distinct)
+    if extra_sums is not None:
+        keys = sorted(extra)  # every batch gives the same names, on every rank
+        totals = all_reduce_sum(torch.tensor([extra[k] for k in keys], dtype=torch.float64, device=ctx.device), ctx)
+        result.update(zip(keys, totals.cpu().tolist()))
+    return result
 
 
 def _batch_sums(out, batch: dict[str, torch.Tensor], baselines: TokenBaselines, mask_id: int

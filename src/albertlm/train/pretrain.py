@@ -3,13 +3,14 @@
 `pretrain(recipe, run_dir, ctx)` does everything the `albertlm pretrain` command promises:
 tokenizer (trained unless the run already has one), data shards (built unless present),
 model, optimizer, the step loop with evaluation, logging and checkpoints, and a final model
-directory that transformers' AlbertForPreTraining.from_pretrained loads.
+directory that transformers' AlbertForPreTraining.from_pretrained loads. The token objective is
+MLM (`MaskedLM`) or, with token_objective "rtd", ELECTRA's replaced-token detection
+(train/rtd.py), whose final directory is the discriminator as an AlbertModel.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import shutil
@@ -33,7 +34,8 @@ from albertlm.optim import build_optimizer, lr_at
 from albertlm.rundir import RunLock, claim_run_dir, clear_run
 from albertlm.train.loop import Cadence, StepSettings, make_scaler, resolve_precision, run_steps
 from albertlm.train.metrics import MetricsLogger
-from albertlm.train.mlm_eval import TokenBaselines, evaluate, position_kinds
+from albertlm.train.mlm_eval import TokenBaselines, evaluate, mask_accuracy_sums
+from albertlm.train.rtd import RTDObjective
 from albertlm.utils import atomic_write_text, crash_point
 # the recipe and the stages live in their own modules; importing them from here keeps working
 from albertlm.train.pretrain_recipe import RECIPES, PretrainRecipe, flat_settings  # noqa: F401
@@ -57,15 +59,64 @@ def _loss(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, fl
     mlm = out.mlm_loss * (n_masked / max(totals["masked"], 1.0))
     sop = out.sop_loss * (n_examples / totals["examples"])
     with torch.no_grad():
-        targets = batch["labels"][out.prediction_mask]
-        kinds = position_kinds(batch["input_ids"], batch["labels"], mask_id)
-        at_mask = kinds["mask"][out.prediction_mask]  # the headline
-        mlm_correct = float(((out.prediction_logits.argmax(-1) == targets) & at_mask).sum())
-        mask_count = float(at_mask.sum())
+        mlm_correct, mask_count = mask_accuracy_sums(out, batch, mask_id)  # at [MASK]: the headline
         sop_correct = float((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
     metrics = {"mlm_loss_sum": float(out.mlm_loss.detach()) * n_masked, "sop_loss_sum": float(out.sop_loss.detach()) * n_examples,
                "mlm_mask_correct": mlm_correct, "mlm_mask_count": mask_count, "sop_correct": sop_correct}
     return mlm + sop, metrics
+
+
+class MaskedLM:
+    """ALBERT's own token objective: MLM + the sentence objective on one AlbertForPreTraining.
+
+    The run's hooks ask the token objective for the model, the step loss, the log's extra entries,
+    held-out scoring and the exported directory; train/rtd.py's RTDObjective is the other one.
+    """
+
+    name = "mlm"
+    best_metric: str | None = "mlm_mask_accuracy"
+    """The held-out score that picks the best checkpoint."""
+
+    def __init__(self, mask_id: int = MASK_ID):
+        self.mask_id = mask_id
+
+    @staticmethod
+    def build(config) -> AlbertForPreTraining:
+        return AlbertForPreTraining(config)
+
+    @staticmethod
+    def prepare(micro_batches: list[dict[str, torch.Tensor]], index: int, rank: int, world_size: int
+                ) -> list[dict[str, torch.Tensor]]:
+        return micro_batches
+
+    counts = staticmethod(_counts)
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
+        return _loss(model, batch, totals, self.mask_id)
+
+    @staticmethod
+    def train_metrics(m: dict[str, Any]) -> dict[str, float]:
+        return {}
+
+    @staticmethod
+    def evaluate(model: nn.Module, heldout: PretrainingDataset, ctx: DistContext, max_examples: int,
+                 baselines: TokenBaselines) -> dict[str, float]:
+        return evaluate(model, heldout, ctx, max_examples=max_examples, baselines=baselines)
+
+    @staticmethod
+    def setup_record(model: nn.Module) -> dict[str, float]:
+        return {}
+
+    @staticmethod
+    def save_model(model: nn.Module, path: Path, state_dict: dict | None) -> None:
+        model.save_pretrained(path, state_dict=state_dict)
+
+
+def token_objective(recipe: PretrainRecipe, mask_id: int = MASK_ID) -> MaskedLM | RTDObjective:
+    """The recipe's token objective (`mask_id`: the vocabulary's [MASK])."""
+    if recipe.token_objective == "rtd":
+        return RTDObjective(recipe.seed, recipe.generator_size, recipe.rtd_weight, mask_id)
+    return MaskedLM(mask_id)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -136,9 +187,10 @@ def _datasets(recipe: PretrainRecipe, run_dir: Path, data_dir: Path, ctx: DistCo
     return training_split(data_dir), training_split(short_dir) if short_dir is not None else None, heldout
 
 
-def _build_model(recipe: PretrainRecipe, vocab_size: int, ctx: DistContext) -> AlbertForPreTraining:
-    """The recipe's model, initialised from its seed (the same weights on every rank); then each
-    rank's own dropout stream."""
+def _build_model(recipe: PretrainRecipe, vocab_size: int, ctx: DistContext, objective: MaskedLM | RTDObjective
+                 ) -> nn.Module:
+    """The recipe's model (`objective.build`), initialised from its seed (the same weights on every
+    rank); then each rank's own dropout stream."""
     overrides: dict[str, Any] = {"vocab_size": vocab_size, "max_position_embeddings": max(recipe.build.max_seq_length, 512)}
     if recipe.sharing:
         overrides["sharing"] = recipe.sharing
@@ -147,7 +199,7 @@ def _build_model(recipe: PretrainRecipe, vocab_size: int, ctx: DistContext) -> A
     if recipe.dropout is not None:
         overrides.update(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
     torch.manual_seed(recipe.seed)
-    model = AlbertForPreTraining(get_preset(recipe.preset, **overrides))
+    model = objective.build(get_preset(recipe.preset, **overrides))
     model.init_embeddings(recipe.position_init, recipe.token_type_init, recipe.projection_init)
     if ctx.distributed:
         torch.manual_seed(recipe.seed * 1_000_003 + ctx.rank + 1)
@@ -161,7 +213,8 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     tok_dir, data_dir = prepare_data(recipe, run_dir, ctx, progress)
     train_data, short_data, heldout = _datasets(recipe, run_dir, data_dir, ctx)
     baselines = TokenBaselines.from_shards(data_dir, train_data.vocab_size, special=train_data.special_ids)
-    model = _build_model(recipe, train_data.vocab_size, ctx)
+    objective = token_objective(recipe, train_data.special_ids.mask)
+    model = _build_model(recipe, train_data.vocab_size, ctx, objective)
     step, tokens_seen, elapsed_before = 0, 0, 0.0
     ckpt = resume_checkpoint(run_dir, notice=_notice(ctx)) if resume else None
     if ckpt is not None:  # weights go into the plain model, before any wrapper shards them
@@ -187,17 +240,19 @@ def _pretrain(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, resume: b
     scaler = make_scaler(settings, ctx.device)
     step, tokens_seen, eval_metrics, start = _train_steps(
         recipe, run_dir, ctx, model, optimizer, settings, scaler, (train_data, short_data, heldout), baselines,
-        step, tokens_seen, elapsed_before, progress, stop_after)
+        step, tokens_seen, elapsed_before, progress, stop_after, objective)
     if step == recipe.steps and not eval_metrics:  # resumed a finished run: report it again
-        eval_metrics = evaluate(model, heldout, ctx, max_examples=recipe.eval_examples, baselines=baselines)
+        eval_metrics = objective.evaluate(model, heldout, ctx, recipe.eval_examples, baselines)
     wall = elapsed_before + time.perf_counter() - start
     summary = {"steps": step, "tokens_seen": tokens_seen, "train_seconds": wall,
                "tokens_per_s": tokens_seen / max(wall, 1e-9), "parameters": unwrap(model).num_parameters(),
-               "eval": eval_metrics, "objective": recipe.build.objective, "run_dir": str(run_dir)}
+               "eval": eval_metrics, "run_dir": str(run_dir)}
+    if objective.name != "mlm":  # an MLM run's summary keeps its keys: the report reads it as a typed record
+        summary["token_objective"] = objective.name
     final_sd = gather_full_state(model, optimizer, ctx, recipe.data_parallel)[0] if step == recipe.steps else None
     if step == recipe.steps and ctx.is_main:
         final_dir = run_dir / "model"
-        unwrap(model).save_pretrained(final_dir, state_dict=final_sd)
+        objective.save_model(unwrap(model), final_dir, final_sd)
         crash_point("model:saved")
         for f in tok_dir.iterdir():  # spiece.model or vocab.txt, tokenizer_config.json: a self-contained dir
             if f.is_file():
@@ -213,8 +268,10 @@ class _RunHooks:
     the state they share (tokens seen, the throughput window, the last held-out metrics)."""
 
     def __init__(self, recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, datasets: tuple, baselines, tokens_seen: int, elapsed_before: float):
+                 optimizer: torch.optim.Optimizer, datasets: tuple, baselines, tokens_seen: int, elapsed_before: float,
+                 objective: MaskedLM | RTDObjective):
         self.recipe, self.run_dir, self.ctx, self.model, self.optimizer = recipe, run_dir, ctx, model, optimizer
+        self.objective = objective
         self.train_data, self.short_data, self.heldout = datasets
         self.baselines, self.elapsed_before = baselines, elapsed_before
         self.micro, self.accum = recipe.per_device_batch(ctx.world_size)
@@ -234,7 +291,8 @@ class _RunHooks:
         self.logger.log(step, "setup", {"parameters": model.num_parameters(), "allreduce_bytes_per_step":
                                         gradient_bytes(model) if ctx.distributed else 0, "world_size": ctx.world_size,
                                         "micro_batch": self.micro, "accumulation": self.accum,
-                                        "peak_lr": self.recipe.peak_lr, "precision": precision})
+                                        "peak_lr": self.recipe.peak_lr, "precision": precision,
+                                        **self.objective.setup_record(model)})
 
     def batches(self, index: int) -> list[dict[str, torch.Tensor]]:
         if self.short_it is not None and index < self.recipe.curriculum_steps:  # the short-example phase
@@ -244,7 +302,8 @@ class _RunHooks:
             micro_batches = [collate([next(self.it) for _ in range(self.micro)], special=self.special)
                              for _ in range(self.accum)]
         self.step_tokens = sum(int(b["attention_mask"].sum()) for b in micro_batches)
-        return [{k: v.to(self.ctx.device) for k, v in b.items()} for b in micro_batches]
+        moved = [{k: v.to(self.ctx.device) for k, v in b.items()} for b in micro_batches]
+        return self.objective.prepare(moved, index, self.ctx.rank, self.ctx.world_size)
 
     def on_log(self, done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str] | None:
         step_tokens = int(all_reduce_sum(torch.tensor([self.step_tokens], device=self.ctx.device), self.ctx)[0])
@@ -261,13 +320,14 @@ class _RunHooks:
                  "sop_loss": m["sop_loss_sum"] / m["n_examples"],
                  "mlm_mask_accuracy": m["mlm_mask_correct"] / max(m["mlm_mask_count"], 1),
                  "sop_accuracy": m["sop_correct"] / m["n_examples"], "lr": lr, "grad_norm": m["grad_norm"],
-                 "tokens_per_s": tps, "tokens_seen": self.tokens_seen, "skipped": m["skipped"]}
+                 "tokens_per_s": tps, "tokens_seen": self.tokens_seen, "skipped": m["skipped"],
+                 **self.objective.train_metrics(m)}
         self.logger.log(done, "train", train)
         return {"loss": f"{m['loss']:.3f}", "mask_acc": f"{train['mlm_mask_accuracy']:.3f}", "tok_s": f"{tps:,.0f}"}
 
     def on_eval(self, done: int) -> bool:
-        self.eval_metrics = evaluate(self.model, self.heldout, self.ctx, max_examples=self.recipe.eval_examples,
-                                     baselines=self.baselines)
+        self.eval_metrics = self.objective.evaluate(self.model, self.heldout, self.ctx, self.recipe.eval_examples,
+                                                    self.baselines)
         self.logger.log(done, "eval", self.eval_metrics)
         if not math.isfinite(self.eval_metrics.get("mlm_all_loss", 0.0)):
             raise AlbertlmError(f"step {done}: the held-out loss is not finite (the model diverged); nothing "
@@ -284,25 +344,27 @@ class _RunHooks:
             state = {"data": data_state, "tokens_seen": self.tokens_seen,
                      **({"data_curriculum": short_state} if self.short_data is not None else {}),
                      "elapsed": self.elapsed_before + time.perf_counter() - self.start}
-            scored = self.cadence.due(done, recipe.eval_every)
+            best = self.objective.best_metric
+            scored = best is not None and self.cadence.due(done, recipe.eval_every)
             save_checkpoint(self.run_dir, done, self.model, self.optimizer, state, keep_last=recipe.keep_last,
-                            metric=self.eval_metrics.get("mlm_mask_accuracy") if scored else None,
+                            metric=self.eval_metrics.get(best) if scored else None,
                             model_state=model_sd, optimizer_state=optim_sd, rng_states=rng_states)
         barrier(ctx)
 
 
 def _train_steps(recipe: PretrainRecipe, run_dir: Path, ctx: DistContext, model: nn.Module,
                  optimizer: torch.optim.Optimizer, settings: StepSettings, scaler, datasets: tuple, baselines,
-                 step: int, tokens_seen: int, elapsed_before: float, progress: bool, stop_after: int | None
-                 ) -> tuple[int, int, dict[str, float], float]:
+                 step: int, tokens_seen: int, elapsed_before: float, progress: bool, stop_after: int | None,
+                 objective: MaskedLM | RTDObjective) -> tuple[int, int, dict[str, float], float]:
     """Train from `step` to the recipe's end (or `stop_after` steps) with logging, held-out evaluation
     and checkpoints. Returns (steps done, tokens seen, the last held-out metrics, the start time)."""
-    hooks = _RunHooks(recipe, run_dir, ctx, model, optimizer, datasets, baselines, tokens_seen, elapsed_before)
+    hooks = _RunHooks(recipe, run_dir, ctx, model, optimizer, datasets, baselines, tokens_seen, elapsed_before,
+                      objective)
     hooks.log_setup(step, settings.precision)
     model.train()
     step = run_steps(model, optimizer, start=step, cadence=hooks.cadence, batches=hooks.batches,
                      lr=lambda index: lr_at(index, recipe.peak_lr, recipe.warmup_steps, recipe.steps),
-                     loss_fn=functools.partial(_loss, mask_id=hooks.special.mask), count_fn=_counts, ctx=ctx,
+                     loss_fn=objective.loss, count_fn=objective.counts, ctx=ctx,
                      settings=settings, scaler=scaler, on_log=hooks.on_log, on_eval=hooks.on_eval,
                      on_checkpoint=hooks.on_checkpoint, progress="pretrain" if progress and ctx.is_main else None,
                      stop_after=stop_after)
@@ -346,26 +408,37 @@ def _gather_rng(ctx: DistContext) -> list[dict[str, Any]]:
     return all_gather_object(rng_state(), ctx)  # [this process's state] without torchrun
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """The end-of-run report: held-out accuracies beside their baselines."""
+def format_summary(summary: dict[str, Any], sentence_objective: str = "sop") -> str:
+    """The end-of-run report: held-out accuracies beside their baselines (`sentence_objective`: the recipe's
+    sop, nsp or none; none has no sentence accuracy to report)."""
     e = summary.get("eval", {})
+    rtd = summary.get("token_objective") == "rtd"
     lines = [f"steps {summary['steps']}, {summary['tokens_seen']:,} tokens in {summary['train_seconds'] / 60:.1f} min "
-             f"({summary['tokens_per_s']:,.0f} tokens/s), {summary['parameters']:,} parameters"]
+             f"({summary['tokens_per_s']:,.0f} tokens/s), {summary['parameters']:,} parameters"
+             + (" (generator included)" if rtd else "")]
+    if e and rtd:
+        lines.append(f"held-out replaced-token detection: accuracy {e['rtd_accuracy']:.1%} (all \"original\" "
+                     f"{e['baseline_rtd_accuracy']:.1%}), replaced tokens found {e['rtd_replaced_accuracy']:.1%}, "
+                     f"loss {e['rtd_loss']:.3f}; {e['replaced_share']:.1%} of the masked positions replaced")
     if e:
-        lines.append(f"held-out accuracy at [MASK] positions {e['mlm_mask_accuracy']:.1%} (baselines: most frequent "
-                     f"token {e['baseline_unigram_accuracy']:.1%}, most frequent after the left neighbour "
-                     f"{e['baseline_bigram_accuracy']:.1%}), loss {e['mlm_mask_loss']:.3f}, "
+        whose = "the generator's " if rtd else ""
+        lines.append(f"{whose}held-out accuracy at [MASK] positions {e['mlm_mask_accuracy']:.1%} "
+                     f"(baselines: most frequent token {e['baseline_unigram_accuracy']:.1%}, "
+                     f"most frequent after the left neighbour {e['baseline_bigram_accuracy']:.1%}), "
+                     f"loss {e['mlm_mask_loss']:.3f}, "
                      f"{e['mask_distinct_predictions']:,} distinct predictions")
         lines.append(f"  kept positions (answer visible) {e['mlm_kept_accuracy']:.1%}, random-token positions "
                      f"{e['mlm_random_accuracy']:.1%}; all predicted positions {e['mlm_all_accuracy']:.1%}")
-        if summary.get("objective", "sop") == "none":  # every label is "in order": an accuracy would mean nothing
+        if sentence_objective == "none":  # every label is "in order": an accuracy would mean nothing
             lines.append(f"no sentence-level objective (objective none); {int(e['examples']):,} held-out examples")
         else:
-            lines.append(f"held-out {summary.get('objective', 'sop').upper()} accuracy {e['sop_accuracy']:.1%}  (chance "
+            lines.append(f"held-out {sentence_objective.upper()} accuracy {e['sop_accuracy']:.1%}  (chance "
                          f"/ majority-label baseline {e['baseline_sop_accuracy']:.1%}), on {int(e['examples']):,} "
                          "examples")
     if "model_dir" in summary:
-        lines.append(f"model (loads with transformers' AlbertForPreTraining.from_pretrained): {summary['model_dir']}")
+        what = ("the discriminator, without an MLM head (loads with transformers' AlbertModel.from_pretrained)" if rtd
+                else "(loads with transformers' AlbertForPreTraining.from_pretrained)")
+        lines.append(f"model {what}: {summary['model_dir']}")
     lines.append(f"run directory: {summary['run_dir']}")
     return "\n".join(lines)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from albertlm.config import get_preset
 from albertlm.data.build import BuildSettings
@@ -51,6 +51,18 @@ class PretrainRecipe:
     learn faster at 64), the sentence-level objective (sop, nsp, none), static or dynamic masking,
     the masking rate and n-gram length, the held-out share. Its `seed` is replaced by `data_seed`.
     Held-out scoring always masks the paper's 15% in 3-grams, so runs are scored on the same task."""
+    token_objective: Literal["mlm", "rtd"] = "mlm"
+    """The token-level objective (the build's `objective` is the sentence-level one): mlm, the masked
+    LM of the paper; rtd, ELECTRA's replaced-token detection (Clark et al. 2020): a small generator
+    fills the masked positions by sampling, and the model learns to tell, for every token, original
+    from replaced. The saved model is then the discriminator, an AlbertModel without an MLM head
+    (docs/pretraining.md)."""
+    generator_size: float = 0.25
+    """With rtd: the generator's hidden size as a fraction of the model's, in (0, 1], rounded to whole
+    attention heads (ELECTRA: 1/4 to 1/2 work best). It shares the model's embedding tables."""
+    rtd_weight: float = 50.0
+    """With rtd: the weight of the replaced-token loss against the generator's MLM loss (ELECTRA's
+    lambda = 50)."""
     curriculum_seq_length: int | None = 16
     """Train the first `curriculum_steps` steps on examples of this many tokens (a second data build),
     with as many more examples per batch as keeps the tokens per step; None: one length throughout.
@@ -114,7 +126,8 @@ class PretrainRecipe:
         choices = {"optimizer": ("lamb", "adamw"), "position_init": ("normal", "sinusoidal"),
                    "token_type_init": ("normal", "zero"), "projection_init": ("normal", "unit"),
                    "precision": ("auto", "fp32", "bf16", "fp16"), "on_nonfinite": ("skip", "stop"),
-                   "data_parallel": ("ddp", "fsdp"), "sharing": (None, "all", "attention", "ffn", "none")}
+                   "data_parallel": ("ddp", "fsdp"), "sharing": (None, "all", "attention", "ffn", "none"),
+                   "token_objective": ("mlm", "rtd")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise AlbertlmError(f"{name} must be one of {', '.join(map(str, allowed))}, got {getattr(self, name)!r}")
@@ -127,6 +140,10 @@ class PretrainRecipe:
         if not 0 <= self.curriculum_steps <= self.steps:
             raise AlbertlmError(f"curriculum_steps must be in [0, steps], got {self.curriculum_steps} of "
                                 f"{self.steps} steps (--curriculum-steps sets it)")
+        if not 0.0 < self.generator_size <= 1.0:
+            raise AlbertlmError(f"generator_size must be in (0, 1], got {self.generator_size} (--generator-size)")
+        if self.rtd_weight < 0:
+            raise AlbertlmError(f"rtd_weight must be >= 0, got {self.rtd_weight} (--rtd-weight)")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise AlbertlmError(f"dropout must be in [0, 1), got {self.dropout}")
         get_preset(self.preset)  # an unknown preset fails here, before any work
