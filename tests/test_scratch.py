@@ -168,7 +168,7 @@ def test_the_plan_fits_the_budget(runs, task):
     assert plan["planned_s"] == pytest.approx(plan["spent_s"] + plan["steps"] * plan["step_s"]
                                               + plan["evaluations"] * plan["eval_s"])
     assert plan["planned_s"] <= plan["budget_s"] * (1 - SMALL.reserve) + 1e-9
-    assert plan["epoch_cap"] == -(-results["train_features"] * 3 // 32)
+    assert plan["epoch_cap"] == -(-results["train_features"] * int(SMALL.epochs) // 32)
     assert plan["steps"] <= plan["epoch_cap"] and (plan["limited_by"] == "epochs") == (plan["steps"] == plan["epoch_cap"])
     # the run took exactly the planned steps, warmup and evaluations
     assert results["steps"] == recipe["steps"] == plan["steps"]
@@ -182,7 +182,7 @@ def test_the_plan_fits_the_budget(runs, task):
 
 
 def test_plan_steps_by_budget_epochs_and_dev_size():
-    r = DEFAULT_RECIPE
+    r = dataclasses.replace(DEFAULT_RECIPE, epochs=3.0)
     by_budget = plan_steps(r, budget_s=600, spent_s=50, step_s=0.5, eval_s=2, train_features=100_000, batch_size=32)
     left = 600 * 0.95 - 50
     assert by_budget.limited_by == "budget" and by_budget.evaluations == 10
@@ -215,38 +215,53 @@ def test_the_base_repeats_the_run_exactly(runs, tmp_path, capsys):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_word_vectors_start_the_base_word_table(runs, tmp_path, capsys, one_thread):
-    """ScratchRecipe(word_vectors=True): base/ holds the vectors (specials and unseen pieces keep the random
-    rows of the same seed), results.json records them, and the recorded command still repeats the run."""
-    data, plain, plain_results, _, _ = runs["sst-2"]
-    assert plain_results["from_scratch"]["word_vectors"] is None
-    out = tmp_path / "out"
-    results = scratch.finetune_from_scratch("sst-2", data, out, float(BUDGET),
-                                            dataclasses.replace(SMALL, word_vectors=True), progress=False)
-    record = results["from_scratch"]["word_vectors"]
-    assert record["window"] == 5 and record["seconds"] >= 0 and record["pairs"] > 0
+def test_word_vectors_start_the_base_word_table(runs, tmp_path, one_thread):
+    """The default (word_vectors=True): base/ holds the vectors, where a run without them keeps the random
+    rows of the same seed (specials and unseen pieces keep them either way), and results.json records
+    them (the recorded command repeating such a run is test_the_base_repeats_the_run_exactly)."""
+    data, vec, vec_results, _, _ = runs["sst-2"]
+    record = vec_results["from_scratch"]["word_vectors"]
+    assert SMALL.word_vectors and record["window"] == 5 and record["seconds"] >= 0 and record["pairs"] > 0
+    plain = tmp_path / "out"
+    results = scratch.finetune_from_scratch("sst-2", data, plain, float(BUDGET),
+                                            dataclasses.replace(SMALL, word_vectors=False), progress=False)
+    assert results["from_scratch"]["word_vectors"] is None
     key = "albert.embeddings.word_embeddings.weight"
     random_rows = load_file(plain / "base" / "model.safetensors")[key]
-    table = load_file(out / "base" / "model.safetensors")[key]
+    table = load_file(vec / "base" / "model.safetensors")[key]
     assert table.shape == random_rows.shape
     kept = (table == random_rows).all(1)  # [V]: the rows left as the random init drew them
     assert kept[:5].all() and int((~kept).sum()) == record["rows"] and record["share"] == pytest.approx(
         record["rows"] / len(table), abs=1e-4)
     assert 0.5 < record["share"] < 1  # most pieces of a trained vocabulary occur beside others
     assert table[~kept].std().item() == pytest.approx(0.02, rel=0.01)
-    command = results["from_scratch"]["reproduce"]
-    assert main(command[1:] + ["--out", str(tmp_path / "again"), "--no-progress", "--device", "cpu"]) == 0
-    capsys.readouterr()
-    again = json.loads((tmp_path / "again" / "results.json").read_text())
-    assert again["dev_curve"] == results["dev_curve"]
+
+
+def test_too_little_text_for_word_vectors_keeps_the_random_table(tmp_path, one_thread, monkeypatch):
+    """A text with too few contexts (word_vectors refuses it: test_word_vectors) leaves the table random."""
+    from albertlm.tasks.registry import get_task
+    from albertlm.train.word_vectors import TooLittleText
+
+    def refuse(*args, **kwargs):
+        raise TooLittleText("word vectors: the text gives 1 piece(s) a context within 5 pieces (at least 2 are "
+                            "needed); it is too small to learn vectors from")
+
+    monkeypatch.setattr(scratch, "fit_word_vectors", refuse)
+    write_sst(tmp_path, random.Random(0))
+    examples = get_task("sst-2").read(tmp_path, "train", False)
+    lines = []
+    _, record = scratch.make_base(examples, tmp_path / "base", SMALL, 0, False, lines.append)
+    assert "too small to learn vectors from" in record["word_vectors"]["skipped"]
+    assert any("the word table stays random" in line for line in lines)
+    assert (tmp_path / "base" / "model.safetensors").exists()
 
 
 def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
-    """albert-tiny itself, on a training set small enough for its three-epoch cap to take a few steps."""
+    """albert-tiny itself, on a training set small enough for its epoch cap to take a few steps."""
     r = random.Random(7)
     write_sst(tmp_path, r)
     lines = (tmp_path / "train.tsv").read_text().splitlines()
-    (tmp_path / "train.tsv").write_text("\n".join(lines[:65]) + "\n")  # 64 examples: 6 steps of 32
+    (tmp_path / "train.tsv").write_text("\n".join(lines[:33]) + "\n")  # 32 examples: one step of 32 an epoch
     out = tmp_path / "out"
     assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), "--budget", "0.5",
                  "--no-progress", "--device", "cpu"]) == 0
@@ -255,7 +270,9 @@ def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     s = results["from_scratch"]
     assert s["recipe"] == json.loads(json.dumps(dataclasses.asdict(DEFAULT_RECIPE)))
     assert json.loads((out / "base" / "config.json").read_text())["hidden_size"] == 312  # albert-tiny
-    assert s["plan"]["steps"] == 6 and s["plan"]["limited_by"] == "epochs" and results["steps"] == 6
+    epochs = int(DEFAULT_RECIPE.epochs)
+    assert s["plan"]["steps"] == epochs and s["plan"]["limited_by"] == "epochs" and results["steps"] == epochs
+    assert s["word_vectors"]["share"] > 0.1  # the default starts the word table from vectors of the text
     assert s["max_seq_length"] == 64 and "albert-tiny from scratch: dev accuracy " in printed
 
 

@@ -44,6 +44,10 @@ POWER_ITERATIONS = 4
 """Subspace (power) iterations: enough for PPMI's slowly decaying spectrum at rank 128."""
 
 
+class TooLittleText(AlbertlmError):
+    """The text gives fewer than two pieces a context: there is nothing to learn vectors from."""
+
+
 @dataclass(frozen=True)
 class WordVectors:
     """What `fit_word_vectors` computed."""
@@ -185,7 +189,7 @@ def word_vectors_from_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int,
     initialised[rows] = True
     initialised[list(excluded)] = False
     if initialised.sum() < 2:
-        raise AlbertlmError(f"word vectors: the text gives {int(initialised.sum())} piece(s) a context within "
+        raise TooLittleText(f"word vectors: the text gives {int(initialised.sum())} piece(s) a context within "
                             f"{window} pieces (at least 2 are needed); it is too small to learn vectors from")
     matrix = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, cols])), torch.from_numpy(values).float(),
                                      (vocab_size, vocab_size), check_invariants=True).coalesce()
