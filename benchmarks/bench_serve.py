@@ -16,7 +16,8 @@ answer that is not a 200. Then:
   - in-process batch-1 latency: `ServedModel.predict` (what the server runs per batch) on one request's
     inputs, in this process, for each serve mode;
   - memory: the headline server (int8 + early exit, else int8), after its sweep, takes --memory-requests
-    more at --memory-concurrency, its RSS sampled at the start, every 5% and at the end;
+    more at --memory-concurrency (within --memory-max-seconds), its RSS sampled at the start, every 5%
+    and at the end;
   - overload: a fresh headline server with --max-queue --overload-queue gets --overload-clients
     clients; every answer is counted (200, 429, any other status, timeouts, connection errors), and
     the server must still answer /health afterwards.
@@ -304,14 +305,15 @@ class ServerLoad:
 
 
 def load_run(server: ServerProcess, bodies: list[bytes], concurrency: int, args: argparse.Namespace,
-             requests: int | None = None, warmup: int | None = None, on_progress=None) -> dict:
+             requests: int | None = None, warmup: int | None = None, max_seconds: float | None = None,
+             on_progress=None) -> dict:
     """One timed run against a server: `summarize`'s fields plus the server's peak RSS and CPU per request,
     the client's CPU per request (its overhead) and the CPU other processes used, all over the timed part."""
     if warmup is None:
         warmup = args.warmup if args.warmup is not None else max(20, 2 * concurrency)
     load = ServerLoad(server.probe)
     records, wall, client_cpu = asyncio.run(_drive(server.url, bodies, concurrency, warmup, requests or args.requests,
-                                                   args.max_seconds, args.timeout, load, on_progress))
+                                                   max_seconds or args.max_seconds, args.timeout, load, on_progress))
     n = max(1, len(records))
     row = {"concurrency": concurrency, **summarize(records, wall, args.inputs_per_request)}
     wall = max(wall, 1e-9)
@@ -376,7 +378,8 @@ def memory_run(server: ServerProcess, bodies: list[bytes], args: argparse.Namesp
         if done % every == 0:
             samples.append([done, round((server.probe.rss() or 0) / 2**20, 1)])
 
-    row = load_run(server, bodies, args.memory_concurrency, args, requests=n, on_progress=progress)
+    row = load_run(server, bodies, args.memory_concurrency, args, requests=n, max_seconds=args.memory_max_seconds,
+                   on_progress=progress)
     end = server.probe.rss() or 0
     out = {"server": server.name, "concurrency": args.memory_concurrency, "requests": row["requests"],
            "ok": row["ok"], "errors": row["errors"], "wall_s": row["wall_s"], "rss_mb_start": round(start / 2**20, 1),
@@ -539,6 +542,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--inprocess-calls", type=int, default=200)
     p.add_argument("--memory-requests", type=int, default=20000, help="the long run (0: skip)")
     p.add_argument("--memory-concurrency", type=int, default=32)
+    p.add_argument("--memory-max-seconds", type=float, default=900, help="the long run stops after this long")
     p.add_argument("--overload-queue", type=int, default=16, help="the overload server's --max-queue")
     p.add_argument("--overload-clients", type=int, default=256)
     p.add_argument("--overload-requests", type=int, default=2048, help="requests of the overload run (0: skip)")
@@ -552,8 +556,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("warmup", "memory_requests", "overload_requests"):
         if (getattr(args, name) or 0) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
-    if min(args.concurrency) < 1 or args.max_seconds <= 0 or args.timeout <= 0:
-        p.error("--concurrency, --max-seconds and --timeout must be positive")
+    if min(args.concurrency) < 1 or min(args.max_seconds, args.memory_max_seconds, args.timeout) <= 0:
+        p.error("--concurrency, --max-seconds, --memory-max-seconds and --timeout must be positive")
     if args.model and not Path(args.model).is_dir():
         p.error(f"--model {args.model}: not a directory")
     if args.data and not Path(args.data).is_dir():
