@@ -1,6 +1,7 @@
 """A reusable timing harness for the benchmark scripts: the machine, other processes' load, the
-matmul peak, alternating timings that discard disturbed rounds, targets that carry their
-comparison, and the dated markdown file the results are appended to.
+matmul peak, alternating timings that discard disturbed rounds, percentiles, another process's
+memory and CPU (a server's), targets that carry their comparison, and the dated markdown file the
+results are appended to.
 
 The machine may be shared: every timed call also measures how much CPU other processes used
 meanwhile (/proc/stat minus our own CPU time). `compare` throws away a round in which they used
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,6 +166,16 @@ def profile_steps(fns: dict[str, Callable[[], None]], log: Callable[[str], None]
     return tables
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between the closest ranks; None if empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
 # ---------------------------------------------------------------------------- memory
 def warm_up_libraries() -> None:
     """One small training step of unrelated layers, so that the libraries' one-time state (thread
@@ -175,6 +187,75 @@ def warm_up_libraries() -> None:
     torch.nn.functional.cross_entropy(y.reshape(-1, 16), torch.zeros(64, dtype=torch.long)).backward()
     opt.step()
 
+
+def _status_kb(pid: int, field: str) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+class ProcessProbe:
+    """Memory and CPU of another process: psutil if installed, else /proc (None once it has ended)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        try:
+            import psutil
+
+            self._ps = psutil.Process(pid)
+        except ImportError:
+            self._ps = None
+
+    def rss(self) -> int | None:
+        """Resident bytes now."""
+        if self._ps is None:
+            return _status_kb(self.pid, "VmRSS")
+        with contextlib.suppress(Exception):  # psutil.NoSuchProcess and kin: the process has ended
+            return self._ps.memory_info().rss
+        return None
+
+    def hwm(self) -> int | None:
+        """The process's peak resident bytes over its life (Linux's VmHWM)."""
+        return _status_kb(self.pid, "VmHWM")
+
+    def cpu_s(self) -> float | None:
+        """User + system CPU seconds so far."""
+        if self._ps is not None:
+            with contextlib.suppress(Exception):
+                t = self._ps.cpu_times()
+                return t.user + t.system
+            return None
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return None
+
+
+class PeakRss:
+    """Context manager: a thread sampling a process's RSS every `interval_s`; `peak` bytes once done."""
+
+    def __init__(self, probe: ProcessProbe, interval_s: float = 0.02):
+        self.probe, self.interval_s, self.peak = probe, interval_s, 0
+        self._done = threading.Event()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.probe.rss() or 0)
+            if self._done.wait(self.interval_s):
+                return
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.probe.rss() or 0)
+        return False
 
 
 # ---------------------------------------------------------------------------- targets and the results file
