@@ -8,7 +8,7 @@ Rows (all on the same fine-tuned weights, the model fine-tuned with `--early-exi
   - ours prepacked (oneDNN-packed fp32 weights, `train.inference.prepack_for_cpu`);
   - ours int8 (dynamic int8 Linear layers, `inference.quantize`, fbgemm kernels);
   - onnxruntime fp32 and int8 (`albertlm export --format onnx`, each shared tensor stored once);
-  - early exit at patience 2, 3, 4 (`early_exit.patience_forward`, batched: exited rows leave the batch);
+  - early exit at patience 2, 3, 4 (`inference.exit.patience_forward`, batched: exited rows leave the batch);
   - the combination: int8 + early exit at each --combo-patience.
 Columns: the task's dev accuracy (every dev example, batch 32), the average layers run, batch-1
 latency (median over the first --latency-examples dev examples, each at its own length), batch-32
@@ -40,8 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from albertlm.early_exit import EXIT_HEADS_NAME, PatienceExit  # noqa: E402
+from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.exit import PatienceExit  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
 from albertlm.train.finetune import run_features, score_outputs  # noqa: E402

@@ -38,8 +38,9 @@ from pathlib import Path
 
 import torch
 
-from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, patience_forward
+from albertlm.exit_heads import EXIT_HEADS_NAME
 from albertlm.heads import AlbertForSequenceClassification
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, patience_forward
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.train.inference import evaluate_dir, task_inputs

@@ -354,7 +354,7 @@ def test_token_student_learns_from_the_teacher_and_unlabelled_text(world, ner_wo
 def test_an_early_exit_teacher_teaches_and_its_heads_do_not_pass_on(world, tmp_path):
     """A teacher fine-tuned with exit heads is accepted; a student started from it is saved plain
     (distillation trains the final classifier only, so stale exit heads must not be announced)."""
-    from albertlm.early_exit import EXIT_HEADS_NAME, has_exit_heads
+    from albertlm.exit_heads import EXIT_HEADS_NAME, has_exit_heads
     from albertlm.train.inference import load_finetuned
 
     teacher = tmp_path / "ee-teacher"

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from albertlm import get_preset
-from albertlm.early_exit import (CONFIG_KEY, EXIT_HEADS_NAME, EarlyExitSequenceClassifier, EarlyExitTokenClassifier,
-                                 PatienceExit, depth_weighted_loss, has_exit_heads, head_class, patience_forward)
+from albertlm.exit_heads import (CONFIG_KEY, EXIT_HEADS_NAME, EarlyExitSequenceClassifier, EarlyExitTokenClassifier,
+                                 depth_weighted_loss, has_exit_heads, head_class)
+from albertlm.inference.exit import PatienceExit, patience_forward
 from albertlm.errors import AlbertlmError
 from albertlm.heads import AlbertForSequenceClassification, AlbertForTokenClassification
 from albertlm.train.inference import load_finetuned, read_architecture

@@ -116,7 +116,7 @@ def evaluate_args(p: argparse.ArgumentParser) -> None:
 
 
 def _early_exit_args(p: argparse.ArgumentParser) -> None:
-    from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD
+    from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD
 
     g = p.add_argument_group("early exit (a model fine-tuned with --early-exit)")
     g.add_argument("--patience", type=int, default=None, metavar="K", help="stop each input once its prediction "

@@ -1,1 +1,1 @@
-"""Cheaper CPU inference for a trained model: int8 Linear layers (quantize.py)."""
+"""Running a trained directory: exit.py (patience-based early exit), quantize.py (int8 Linear layers)."""

@@ -31,7 +31,7 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
-from albertlm.early_exit import EXIT_HEADS, head_class, with_exit_heads
+from albertlm.exit_heads import EXIT_HEADS, head_class, with_exit_heads
 from albertlm.errors import AlbertlmError
 from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at

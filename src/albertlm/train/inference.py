@@ -25,8 +25,8 @@ from albertlm.heads import HEADS, resolve_problem_type
 from albertlm.outputs import check_not_input
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.early_exit import (CONFIG_KEY, DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, ExitHeads, PatienceExit,
-                                 check_patience, has_exit_heads, head_class)
+from albertlm.exit_heads import CONFIG_KEY, EXIT_HEADS_NAME, has_exit_heads, head_class
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, check_early_exit, exit_summary, patience_runner
 from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
 from albertlm.utils import check_field_types
 
@@ -199,30 +199,6 @@ def head_name(model: torch.nn.Module) -> str:
     return next(k.__name__ for k in type(model).__mro__ if k.__name__ in HEADS)
 
 
-def patience_runner(model_dir: str | Path, model: torch.nn.Module, patience: int,
-                    regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> PatienceExit:
-    """`model` wrapped for patience-based early exit, or a one-line error when it has no exit heads."""
-    if not isinstance(model, ExitHeads):
-        raise AlbertlmError(f"{model_dir}: has no exit heads (no {CONFIG_KEY} in config.json); --patience needs a "
-                            "model fine-tuned with --early-exit")
-    return PatienceExit(model, patience, regression_threshold)
-
-
-def exit_summary(exit_layers: list, patience: int, layers: int) -> dict[str, Any]:
-    """Average layers run, the speed-up in layers over full depth, and how many inputs exited where."""
-    counts = np.bincount(np.asarray(exit_layers, dtype=np.int64), minlength=layers + 1)[1:]
-    average = float(np.mean(exit_layers))
-    return {"patience": patience, "layers": layers, "average_layers": average, "speedup": layers / average,
-            "exits_per_layer": counts.tolist()}
-
-
-def _check_patience(patience: int | None, regression_threshold: float) -> None:
-    if patience is not None:
-        check_patience(patience)
-    if not regression_threshold >= 0:
-        raise AlbertlmError(f"--regression-threshold must not be negative, got {regression_threshold!r}")
-
-
 # ---------------------------------------------------------------------------- does a head fit a task
 def _placeholders(labels: list[str] | None) -> bool:
     """Class names a directory fine-tuned elsewhere gets when it saved none (LABEL_0, LABEL_1, ...)."""
@@ -366,7 +342,7 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         strict: raise on the first malformed row.
         max_answer_length: QA: longest answer in pieces (default: what the model was fine-tuned with).
         patience: early exit (a model fine-tuned with exit heads): each input stops once its prediction
-            has held for this many layers (`albertlm.early_exit`); None runs every layer.
+            has held for this many layers (`albertlm.inference.exit`); None runs every layer.
         regression_threshold: with `patience`, a regression output moving less than this counts as unchanged.
         int8: score a CPU copy with int8 Linear layers, by this backend ("fbgemm" or "torchao";
             `albertlm.inference.quantize`); None: the model as saved.
@@ -401,7 +377,7 @@ def _check_evaluate_settings(patience: int | None, regression_threshold: float, 
                              max_answer_length: int | None, max_examples: int | None,
                              predictions: str | Path | None) -> None:
     """evaluate_dir's settings, each refused with one line before any work."""
-    _check_patience(patience, regression_threshold)
+    check_early_exit(patience, regression_threshold)
     if batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
     if max_answer_length is not None and max_answer_length < 1:
@@ -440,7 +416,7 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
     blank output line.
 
     With `patience` (a model fine-tuned with exit heads) each line stops once its prediction has held
-    for that many layers (`albertlm.early_exit`); pass a list as `exit_layers` to receive the layers
+    for that many layers (`albertlm.inference.exit`); pass a list as `exit_layers` to receive the layers
     each line ran (None for blank lines; a line split into windows: its deepest window). `prepack`
     runs on oneDNN-packed fp32 weights, `int8` (a backend name) on int8 Linear layers
     (`albertlm.inference.quantize`); both are CPU only, and exclusive.
@@ -449,7 +425,7 @@ def predict_lines(model_dir: str | Path, lines: list[str], *, device: str | torc
         raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
     if prepack and int8 is not None:
         raise AlbertlmError("--prepack and --int8 are exclusive: choose packed fp32 or int8 weights")
-    _check_patience(patience, regression_threshold)
+    check_early_exit(patience, regression_threshold)
     all_lines = [line.rstrip("\r\n") for line in lines]
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
     layers_run: list = [None] * len(all_lines)
