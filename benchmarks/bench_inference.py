@@ -5,7 +5,7 @@ Rows (all on the same fine-tuned weights, the model fine-tuned with `--early-exi
   - transformers fp32 (AlbertForSequenceClassification, sdpa attention): the baseline;
   - ours fp32 (the plain head: the exit heads are not run);
   - ours bf16 autocast, and transformers under the same autocast (a fair bf16 ratio);
-  - ours prepacked (oneDNN-packed fp32 weights, `train.inference.prepack_for_cpu`);
+  - ours prepacked (oneDNN-packed fp32 weights, `inference.prepack.prepack_for_cpu`);
   - ours int8 (dynamic int8 Linear layers, `inference.quantize`, fbgemm kernels);
   - onnxruntime fp32 and int8 (`albertlm export --format onnx`, each shared tensor stored once);
   - early exit at patience 2, 3, 4 (`inference.exit.patience_forward`, batched: exited rows leave the batch);
@@ -43,10 +43,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
 from albertlm.inference.exit import PatienceExit  # noqa: E402
+from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
-from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
+from albertlm.interop.onnx import export_onnx, quantize_onnx_int8  # noqa: E402
 from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
-from albertlm.train.inference import prepack_for_cpu, task_inputs  # noqa: E402
+from albertlm.train.inference import task_inputs  # noqa: E402
 from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402
 

@@ -8,7 +8,6 @@ the feature settings are the task's defaults).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import warnings
@@ -27,32 +26,9 @@ from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.exit_heads import CONFIG_KEY, EXIT_HEADS_NAME, has_exit_heads, head_class
 from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, check_early_exit, exit_summary, patience_runner
+from albertlm.inference.prepack import prepack_for_cpu
 from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
 from albertlm.utils import check_field_types
-
-
-def prepack_for_cpu(model: torch.nn.Module) -> torch.nn.Module:
-    """An inference-only copy of `model` whose Linear layers hold oneDNN-packed fp32 weights.
-
-    Packing pays off where the matrix products are small: batch-1 requests. On the 2-core EPYC of
-    docs/benchmarks.md it made albert-base at 1 x 128 tokens about 1.16x faster and did nothing at
-    8 x 128. The copy computes the same outputs (float rounding aside) but has no gradients, and its
-    state_dict is not the HF layout: keep the original for saving.
-
-    Args:
-        model: any albertlm module on the CPU, in fp32.
-    Returns:
-        the packed copy, in eval mode; `model` itself is untouched.
-    """
-    if not torch.backends.mkldnn.is_available():
-        raise AlbertlmError("prepack_for_cpu needs a torch build with oneDNN (torch.backends.mkldnn)")
-    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
-        raise AlbertlmError("prepack_for_cpu takes an fp32 model on the CPU")
-    with warnings.catch_warnings():  # the module defines its classes with torch.jit.script_method
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.utils import mkldnn
-
-    return mkldnn.to_mkldnn(copy.deepcopy(model).eval())
 
 
 def read_architecture(model_dir: str | Path) -> tuple[str, AlbertConfig]:
