@@ -44,10 +44,11 @@ from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
 from albertlm.inference.exit import PatienceExit  # noqa: E402
 from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.inference.post import score_outputs  # noqa: E402
 from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
+from albertlm.inference.run import run_features  # noqa: E402
 from albertlm.interop.onnx import export_onnx, quantize_onnx_int8  # noqa: E402
-from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
 from albertlm.train.inference import task_inputs  # noqa: E402
 from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402

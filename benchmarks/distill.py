@@ -33,9 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from albertlm.inference.post import score_outputs
+from albertlm.inference.run import run_features
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
-from albertlm.train.finetune import FinetuneRecipe, run_features, score_outputs
+from albertlm.train.finetune import FinetuneRecipe
 from albertlm.train.inference import task_inputs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill"

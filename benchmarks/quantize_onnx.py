@@ -1,7 +1,7 @@
 """int8 and ONNX inference on the CPU: accuracy, latency, throughput and size of one fine-tuned model
 run five ways: ours fp32, ours int8 (fbgemm and torchao backends), onnxruntime fp32 and int8.
 
-  - accuracy: the task's dev metric through the same scoring code (`train.finetune.score`; the
+  - accuracy: the task's dev metric through the same scoring code (`inference.post.score`; the
     onnxruntime files run behind `inference.onnx_backend.OnnxModel`), batch 32;
   - batch-1 latency: the median over single dev examples, each at its own length;
   - batch-32 throughput: dev examples per second over the whole dev set, batches of 32 sorted by
@@ -41,11 +41,12 @@ sys.path.insert(0, str(REPO / "src"))
 from albertlm.config import get_preset  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
 from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.inference.post import score_outputs  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
+from albertlm.inference.run import run_features  # noqa: E402
 from albertlm.interop.onnx import (  # noqa: E402
     INPUTS, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
 from albertlm.tasks.common import pad_batch  # noqa: E402
-from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
 from albertlm.train.inference import task_inputs  # noqa: E402
 
 

@@ -52,11 +52,12 @@ from albertlm.config import PRESETS, AlbertConfig, get_preset
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
+from albertlm.inference.load import load_head, load_tokenizer
+from albertlm.inference.run import check_finite_outputs, run_features
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_finite_outputs, head_config, load_head,
-                                     load_tokenizer, output_dir, prepare_task, run_features, start_outputs,
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, head_config, output_dir, prepare_task, start_outputs,
                                      train_task)
 from albertlm.train.inference import head_name, load_finetuned, task_labels
 from albertlm.train.loop import CountFn, LossFn

@@ -27,7 +27,10 @@ from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.exit_heads import CONFIG_KEY, EXIT_HEADS_NAME, has_exit_heads, head_class
 from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, check_early_exit, exit_summary, patience_runner
 from albertlm.inference.prepack import prepack_for_cpu
-from albertlm.train.finetune import check_finite_outputs, load_tokenizer, run_features, score_outputs
+from albertlm.inference.features import check_saved_entries, saved_settings
+from albertlm.inference.load import load_tokenizer
+from albertlm.inference.post import score_outputs
+from albertlm.inference.run import check_finite_outputs, run_features
 from albertlm.utils import check_field_types
 
 
@@ -53,51 +56,6 @@ def _labels(config: AlbertConfig) -> list[str] | None:
         return None
     names = config.id2label or {i: f"LABEL_{i}" for i in range(config.num_labels)}
     return [names[i] for i in range(config.num_labels)]
-
-
-def _settings(config: AlbertConfig, default_length: int = 128, chinese: bool = False,
-              max_answer_length: int | None = None) -> FeatureSettings:
-    """The input settings a fine-tuned directory was trained with (config.json's albertlm_features), or
-    the defaults for one fine-tuned elsewhere; `max_answer_length` overrides the saved value."""
-    from albertlm.train.finetune import MAX_ANSWER_LENGTH
-
-    saved = config.extra.get("albertlm_features") or {}
-    known = {f.name for f in dataclasses.fields(FeatureSettings)}
-    settings = FeatureSettings(**{k: v for k, v in saved.items() if k in known})
-    if "max_seq_length" not in saved:
-        settings = dataclasses.replace(settings, max_seq_length=default_length)
-    if max_answer_length is not None or "max_answer_length" not in saved:
-        settings = dataclasses.replace(settings, max_answer_length=max_answer_length or MAX_ANSWER_LENGTH[chinese])
-    return dataclasses.replace(settings, max_seq_length=min(settings.max_seq_length, config.max_position_embeddings))
-
-
-def check_saved_entries(path: Path, config: AlbertConfig) -> None:
-    """The entries albertlm adds to a fine-tuned config.json hold what it writes: `albertlm_features`
-    an object of FeatureSettings' fields (integers of at least 1, max_seq_length at least
-    MIN_SEQ_LENGTH, a finite null_threshold), `finetuning_task` a task name.
-
-    Raises:
-        AlbertlmError: naming `path` (the config.json) and the entry.
-    """
-    from albertlm.train.finetune import MIN_SEQ_LENGTH
-
-    task = config.extra.get("finetuning_task")
-    if task is not None and not isinstance(task, str):
-        raise AlbertlmError(f"{path}: finetuning_task must be a task name, got {task!r}")
-    saved = config.extra.get("albertlm_features")
-    if saved is None:
-        return
-    if not isinstance(saved, dict):
-        raise AlbertlmError(f"{path}: albertlm_features must be an object of input settings, got {saved!r}")
-    fields = dataclasses.fields(FeatureSettings)
-    try:
-        check_field_types(FeatureSettings(**{f.name: saved[f.name] for f in fields if f.name in saved}))
-    except AlbertlmError as exc:
-        raise AlbertlmError(f"{path}: albertlm_features.{exc}") from None
-    for f in fields:
-        least = MIN_SEQ_LENGTH if f.name == "max_seq_length" else 1
-        if type(f.default) is int and f.name in saved and saved[f.name] < least:  # the int fields
-            raise AlbertlmError(f"{path}: albertlm_features.{f.name} must be at least {least}, got {saved[f.name]}")
 
 
 def load_finetuned(model_dir: str | Path, device: str | torch.device = "cpu", int8: str | None = None):
@@ -293,7 +251,7 @@ def task_inputs(model_dir: str | Path, data_dir: str | Path, task: str | None = 
     examples = spec.read(data_dir, split, strict)
     examples = examples[:max_examples] if max_examples else examples
     check_known_labels(str(model_dir), config, spec, labels, examples, split)
-    settings = _settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
+    settings = saved_settings(config, spec.recipe.max_seq_length, tokenizer.chinese, max_answer_length)
     features = spec.family.featurize(spec, examples, tokenizer, labels, settings, False)
     return TaskInputs(model, config, tokenizer, spec, examples, labels, settings, features)
 
@@ -430,7 +388,7 @@ def _predict_nonblank(model_dir: str | Path, lines: list[str], device: str | tor
         model = patience_runner(model_dir, model, patience, regression_threshold)
     problem = config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
     spec = TaskSpec.for_prediction(family, problem)
-    settings = _settings(config, chinese=tokenizer.chinese)
+    settings = saved_settings(config, chinese=tokenizer.chinese)
     labels = _labels(config)
     examples = [family.parse_line(i, line, tokenizer) for i, line in enumerate(lines)]
     features: list[Feature] = family.featurize(spec, examples, tokenizer, labels, settings, False)

@@ -39,6 +39,8 @@ import torch
 from albertlm.config import AlbertConfig, get_preset
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
+from albertlm.inference.load import load_tokenizer
+from albertlm.inference.post import score
 from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, headline, is_chinese, score_baselines,
@@ -46,8 +48,8 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, head_objective, load_tokenizer, new_head,
-                                     prepare_task, score, start_outputs, step_settings, task_optimizer, train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, head_objective, new_head, prepare_task,
+                                     start_outputs, step_settings, task_optimizer, train_task)
 from albertlm.train.loop import train_step
 from albertlm.utils import atomic_write_text
 
