@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.evaluate import task_inputs  # noqa: E402
 from albertlm.inference.exit import PatienceExit  # noqa: E402
 from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
 from albertlm.inference.post import score_outputs  # noqa: E402
@@ -49,7 +50,6 @@ from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.inference.run import run_features  # noqa: E402
 from albertlm.interop.onnx import export_onnx, quantize_onnx_int8  # noqa: E402
-from albertlm.train.inference import task_inputs  # noqa: E402
 from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402
 
@@ -125,7 +125,7 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
     model_dir = Path(model)
     t = task_inputs(model_dir, data)
     tmp.mkdir()
-    runs, _ = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    runs, _ = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, t.spec, t.examples, t.features, t.labels, t.settings)
     return {"task": t.spec.name, "main_metric": t.spec.main_metric, "dev_examples": len(t.examples),
@@ -135,8 +135,8 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
     model_dir = Path(args.model)
     t = task_inputs(model_dir, args.data, args.task)
-    config, spec, examples, features, labels, settings = t.config, t.spec, t.examples, t.features, t.labels, t.settings
-    runs, sizes = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    config, spec, examples, features, labels, settings = t.loaded.config, t.spec, t.examples, t.features, t.labels, t.settings
+    runs, sizes = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     singles = [batch_of([f]) for f in features[:args.latency_examples]]

@@ -61,9 +61,9 @@ from albertlm.analysis.speed import reset_peak_rss, status_kib  # noqa: E402
 from albertlm.config import AlbertConfig, get_preset  # noqa: E402
 from albertlm.data.bucketing import bucket_by_length, padded_tokens  # noqa: E402
 from albertlm.distributed import apply_activation_checkpointing, maybe_compile  # noqa: E402
+from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.model import AlbertForPreTraining  # noqa: E402
 from albertlm.optim import param_groups  # noqa: E402
-from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 
 THREADS = 2
 MLM_PROB = 0.15

@@ -46,8 +46,8 @@ from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
 from albertlm.inference.run import run_features  # noqa: E402
 from albertlm.interop.onnx import (  # noqa: E402
     INPUTS, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
+from albertlm.inference.evaluate import task_inputs  # noqa: E402
 from albertlm.tasks.common import pad_batch  # noqa: E402
-from albertlm.train.inference import task_inputs  # noqa: E402
 
 
 def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> tuple[dict, dict]:
@@ -89,7 +89,7 @@ def batch_of(features, device="cpu") -> dict:
 
 def real_model(args, tmp: Path) -> dict:
     t = task_inputs(args.model, args.data, args.task)
-    model, spec, examples, features, labels, settings = t.model, t.spec, t.examples, t.features, t.labels, t.settings
+    model, spec, examples, features, labels, settings = t.loaded.model, t.spec, t.examples, t.features, t.labels, t.settings
     runs, sizes = variants(model, tmp, args.threads, dynamo=True)
     cpu = torch.device("cpu")
     with torch.inference_mode():  # each variant over the dev set once: its metrics, and its logits against ours fp32

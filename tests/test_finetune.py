@@ -213,7 +213,7 @@ def test_predictions_file_in_task_format(runs):
 
 def test_best_checkpoint_is_what_was_saved(runs):
     data, out, results = runs["sst-2"]
-    from albertlm.train.inference import evaluate_dir
+    from albertlm.inference.evaluate import evaluate_dir
 
     again = evaluate_dir(out, data)
     assert again["metrics"]["accuracy"] == pytest.approx(results["best"]["accuracy"])

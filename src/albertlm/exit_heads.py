@@ -25,7 +25,7 @@ from torch import nn
 
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
-from albertlm.heads import (HEADS, AlbertForSequenceClassification, AlbertForTokenClassification,
+from albertlm.heads import (AlbertForSequenceClassification, AlbertForTokenClassification,
                             resolve_problem_type, sequence_loss, token_loss)
 
 EXIT_HEADS_NAME = "exit_heads.safetensors"
@@ -241,13 +241,3 @@ EXIT_HEADS: dict[str, type[nn.Module]] = {
     "AlbertForTokenClassification": EarlyExitTokenClassifier,
 }
 """Plain head class name -> its early-exit class."""
-
-
-def head_class(arch: str, config: AlbertConfig) -> type[nn.Module]:
-    """The class to build for head `arch` (a config.json `architectures` entry): its early-exit class
-    when the config announces exit heads, else the plain head."""
-    if has_exit_heads(config):
-        if arch not in EXIT_HEADS:
-            raise AlbertlmError(f"early exit is implemented for {' and '.join(EXIT_HEADS)}, not {arch}")
-        return EXIT_HEADS[arch]
-    return HEADS[arch]

@@ -22,12 +22,8 @@ def export_args(p: argparse.ArgumentParser) -> None:
 
 def export_run(args: argparse.Namespace) -> int:
     """Export a model directory; print what was written."""
-    import warnings
-
-    from albertlm.heads import HEADS
+    from albertlm.inference.load import load_module, read_architecture
     from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8, scratch_beside
-    from albertlm.model import AlbertForPreTraining
-    from albertlm.train.inference import check_head_weights, read_architecture
 
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
@@ -35,15 +31,11 @@ def export_run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_dir():
         raise AlbertlmError(f"{args.model}: not a model directory")
     check_not_input(out, "OUT", {"DIR": args.model})
-    arch, _ = read_architecture(args.model)
-    classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
+    arch, config = read_architecture(args.model)
     if arch not in ONNX_OUTPUTS:
         raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
-    with warnings.catch_warnings():  # a pretrained directory without an SOP head says so: not an error here
-        warnings.filterwarnings("ignore", message=".*SOP head.*")
-        model = classes[arch].from_pretrained(args.model).eval()
-    if arch in HEADS:  # a directory claiming a head its weights lack would export a random one
-        check_head_weights(args.model, arch, model)
+    # the plain class (exit heads are albertlm's own); a head its weights lack is refused, not exported random
+    model = load_module(args.model, arch, config, exit_heads=False).eval()
     if not args.int8:
         report = export_onnx(model, out, dynamo=args.exporter == "dynamo")
     else:

@@ -144,7 +144,7 @@ def evaluate_run(args: argparse.Namespace) -> int:
     """Score a fine-tuned model on a task split."""
     import json
 
-    from albertlm.train.inference import evaluate_dir
+    from albertlm.inference.evaluate import evaluate_dir
 
     _one_line_warnings()
     result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
@@ -184,7 +184,7 @@ def predict_args(p: argparse.ArgumentParser) -> None:
 
 def predict_run(args: argparse.Namespace) -> int:
     """Print one prediction line per input line."""
-    from albertlm.train.inference import predict_lines
+    from albertlm.inference.predict import predict_lines
 
     if args.batch_size < 1:
         raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -223,7 +223,7 @@ def fill_mask_args(p: argparse.ArgumentParser) -> None:
 
 def fill_mask_run(args: argparse.Namespace) -> int:
     """Print the filled text and the top candidates of every mask."""
-    from albertlm.train.inference import fill_mask
+    from albertlm.inference.fill_mask import fill_mask
 
     filled, candidates = fill_mask(args.model, args.text, top_k=args.top_k, device=args.device)
     print(filled)
