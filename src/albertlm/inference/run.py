@@ -1,4 +1,5 @@
-"""Running a head over features: batches of similar length, outputs back in feature order.
+"""Running a head over features: batches of similar length (`data.bucketing.sorted_batches`), outputs back
+in feature order.
 
 The model may be any module with the head's call signature: a torch head (fp32, int8 or prepacked),
 the patience runner of early exit (`inference.exit.PatienceExit`) or an exported file run by
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albertlm.data.bucketing import restore_order, sorted_batches
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.common import Feature, pad_batch
 from albertlm.tasks.registry import TaskSpec
@@ -35,23 +37,20 @@ def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batc
     """
     was_training = model.training
     model.eval()
-    order = sorted(range(len(features)), key=lambda i: len(features[i]))  # similar lengths share a batch
-    out: dict[str, list] = {name: [None] * len(features) for name in (*spec.family.outputs, *per_feature)}
-    for k in range(0, len(order), batch_size):
-        idx = order[k:k + batch_size]
+    batches = sorted_batches([len(f) for f in features], batch_size)  # similar lengths share a batch
+    rows: dict[str, list] = {name: [] for name in (*spec.family.outputs, *per_feature)}
+    for idx in batches:
         batch = pad_batch([features[i] for i in idx])
         batch = {n: v for n, v in batch.items() if n in ("input_ids", "attention_mask", "token_type_ids")}
         result = model(**to_device(batch, device))
         for name in spec.family.outputs:
             values = getattr(result, name).float().cpu().numpy()
-            for row, i in zip(values, idx):
-                out[name][i] = row[:len(features[i])] if spec.family.per_position else row
+            rows[name].append([row[:len(features[i])] if spec.family.per_position else row
+                               for row, i in zip(values, idx)])
         for name in per_feature:
-            values = getattr(result, name).cpu().numpy()
-            for row, i in zip(values, idx):
-                out[name][i] = row
+            rows[name].append(list(getattr(result, name).cpu().numpy()))
     model.train(was_training)
-    return out
+    return {name: restore_order(batches, per_batch) for name, per_batch in rows.items()}
 
 
 def check_finite_outputs(outputs: dict[str, list[np.ndarray]], spec: TaskSpec, where: str) -> None:
