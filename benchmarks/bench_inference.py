@@ -125,7 +125,8 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
     model_dir = Path(model)
     t = task_inputs(model_dir, data)
     tmp.mkdir()
-    runs, _ = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    runs, _ = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences),
+                       tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, t.spec, t.examples, t.features, t.labels, t.settings)
     return {"task": t.spec.name, "main_metric": t.spec.main_metric, "dev_examples": len(t.examples),
@@ -135,8 +136,10 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
     model_dir = Path(args.model)
     t = task_inputs(model_dir, args.data, args.task)
-    config, spec, examples, features, labels, settings = t.loaded.config, t.spec, t.examples, t.features, t.labels, t.settings
-    runs, sizes = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    config, spec, examples, features, labels, settings = (t.loaded.config, t.spec, t.examples, t.features, t.labels,
+                                                          t.settings)
+    runs, sizes = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences),
+                           tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     singles = [batch_of([f]) for f in features[:args.latency_examples]]

@@ -89,7 +89,8 @@ def batch_of(features, device="cpu") -> dict:
 
 def real_model(args, tmp: Path) -> dict:
     t = task_inputs(args.model, args.data, args.task)
-    model, spec, examples, features, labels, settings = t.loaded.model, t.spec, t.examples, t.features, t.labels, t.settings
+    model, spec, examples, features, labels, settings = (t.loaded.model, t.spec, t.examples, t.features, t.labels,
+                                                         t.settings)
     runs, sizes = variants(model, tmp, args.threads, dynamo=True)
     cpu = torch.device("cpu")
     with torch.inference_mode():  # each variant over the dev set once: its metrics, and its logits against ours fp32

@@ -38,8 +38,8 @@ def _imports(path: Path) -> list[tuple[str, str | None]]:
 
 
 def _offenders(paths: list[Path], banned: tuple[str, ...], allowed_in: tuple[str, ...] = ()) -> list[str]:
-    return [f"{p.relative_to(PACKAGE) if p.is_relative_to(PACKAGE) else p} imports {name}" + (f" in {fn}()" if fn else "")
-            for p in paths for name, fn in _imports(p)
+    return [f"{p.relative_to(PACKAGE) if p.is_relative_to(PACKAGE) else p} imports {name}"
+            + (f" in {fn}()" if fn else "") for p in paths for name, fn in _imports(p)
             if any(name == b or name.startswith(b + ".") for b in banned) and fn not in allowed_in]
 
 

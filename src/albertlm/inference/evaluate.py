@@ -16,10 +16,11 @@ import torch
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
 from albertlm.heads import resolve_problem_type
-from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, check_early_exit, exit_summary
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, exit_summary
 from albertlm.inference.load import LoadedModel, load_model_dir, saved_labels
 from albertlm.inference.post import score_outputs
 from albertlm.inference.run import check_finite_outputs, run_features
+from albertlm.inference.settings import EarlyExitSettings, EvaluateSettings
 from albertlm.outputs import check_not_input
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.registry import TaskSpec, get_task
@@ -176,8 +177,11 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
         `patience` "early_exit": {"patience", "layers", "average_layers", "speedup", "exits_per_layer"},
         counted per input feature.
     """
-    _check_evaluate_settings(patience, regression_threshold, batch_size, max_answer_length, max_examples, predictions)
+    EarlyExitSettings(patience, regression_threshold)  # each setting refused with one line before any work
+    EvaluateSettings(task, split, batch_size, max_examples, None if predictions is None else str(predictions),
+                     max_answer_length)
     if predictions is not None:
+        check_writable(Path(predictions), "--predictions")
         check_not_input(predictions, "--predictions", {"--model": model_dir, "--data": data_dir})
     t = task_inputs(model_dir, data_dir, task, split, strict=strict, max_examples=max_examples, device=device,
                     int8=int8, max_answer_length=max_answer_length)
@@ -195,21 +199,6 @@ def evaluate_dir(model_dir: str | Path, data_dir: str | Path, task: str | None =
     if patience is not None:
         result["early_exit"] = exit_summary(outputs["exit_layers"], patience, loaded.config.num_layer_calls)
     return result
-
-
-def _check_evaluate_settings(patience: int | None, regression_threshold: float, batch_size: int,
-                             max_answer_length: int | None, max_examples: int | None,
-                             predictions: str | Path | None) -> None:
-    """evaluate_dir's settings, each refused with one line before any work."""
-    check_early_exit(patience, regression_threshold)
-    if batch_size < 1:
-        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
-    if max_answer_length is not None and max_answer_length < 1:
-        raise AlbertlmError(f"--max-answer-length must be at least 1, got {max_answer_length}")
-    if max_examples is not None and max_examples < 1:
-        raise AlbertlmError(f"--max-examples must be at least 1, got {max_examples}")
-    if predictions is not None:
-        check_writable(Path(predictions), "--predictions")
 
 
 def check_writable(path: Path, flag: str) -> None:

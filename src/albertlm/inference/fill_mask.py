@@ -9,6 +9,7 @@ import torch
 
 from albertlm.errors import AlbertlmError
 from albertlm.inference.load import MASKED_LM_ARCHITECTURES, load_model_dir, read_architecture
+from albertlm.inference.settings import FillMaskSettings
 
 
 @torch.no_grad()
@@ -24,8 +25,7 @@ def fill_mask(model_dir: str | Path, text: str, top_k: int = 5, device: str | to
     Returns:
         (the text with every mask replaced by its best piece, [[(piece, probability)] per mask]).
     """
-    if top_k < 1:
-        raise AlbertlmError(f"--top-k must be at least 1, got {top_k}")
+    FillMaskSettings(top_k)
     arch, _ = read_architecture(model_dir)
     if arch not in MASKED_LM_ARCHITECTURES:
         raise AlbertlmError(f"{model_dir}: holds an {arch}, which has no masked-LM head; fill-mask needs a "

@@ -73,7 +73,8 @@ def model_class(arch: str, config: AlbertConfig, *, exit_heads: bool = True) -> 
     if arch in MASKED_LM_ARCHITECTURES:
         return AlbertForPreTraining
     if arch not in HEADS:
-        raise AlbertlmError(f"no albertlm class runs an {arch} (known: {', '.join((*MASKED_LM_ARCHITECTURES, *HEADS))})")
+        known = ", ".join((*MASKED_LM_ARCHITECTURES, *HEADS))
+        raise AlbertlmError(f"no albertlm class runs an {arch} (known: {known})")
     if exit_heads and has_exit_heads(config):
         if arch not in EXIT_HEADS:
             raise AlbertlmError(f"early exit is implemented for {' and '.join(EXIT_HEADS)}, not {arch}")

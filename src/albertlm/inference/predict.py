@@ -22,9 +22,10 @@ from typing import Any
 import torch
 
 from albertlm.errors import AlbertlmError
-from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, check_early_exit
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD
 from albertlm.inference.load import LoadedModel, load_model_dir
 from albertlm.inference.run import check_finite_outputs, run_features
+from albertlm.inference.settings import EarlyExitSettings, PredictSettings
 from albertlm.tasks.common import Feature
 from albertlm.tasks.registry import TaskSpec
 
@@ -45,12 +46,11 @@ class Predictions:
 def check_predict_settings(batch_size: int, prepack: bool = False, int8: str | None = None,
                            patience: int | None = None,
                            regression_threshold: float = DEFAULT_REGRESSION_THRESHOLD) -> None:
-    """The settings of predict, each refused with one line before any work."""
-    if batch_size < 1:
-        raise AlbertlmError(f"--batch-size must be at least 1, got {batch_size}")
+    """The settings of predict (PredictSettings, EarlyExitSettings), each refused with one line before any work."""
+    PredictSettings(batch_size, prepack)
     if prepack and int8 is not None:
         raise AlbertlmError("--prepack and --int8 are exclusive: choose packed fp32 or int8 weights")
-    check_early_exit(patience, regression_threshold)
+    EarlyExitSettings(patience, regression_threshold)
 
 
 def as_line(index: int, item: Input) -> str:

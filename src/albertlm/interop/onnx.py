@@ -30,13 +30,15 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_path, os_error_naming
+from albertlm.utils import atomic_path, check_field_types, os_error_naming
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -49,6 +51,22 @@ ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
 SIZE_TOLERANCE = 1.05
 """The file's initializers may exceed the model's distinct parameter bytes by at most this factor."""
 MISSING = "the ONNX export needs onnx, onnxscript and onnxruntime: pip install 'albertlm[onnx]'"
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """What `albertlm export` writes."""
+
+    format: Literal["onnx"] = "onnx"
+    """output format"""
+    int8: bool = False
+    """write onnxruntime's dynamic int8 quantization of the export instead of fp32 (docs/benchmarks.md has its
+    accuracy and speed)"""
+    exporter: Literal["dynamo", "legacy"] = "dynamo"
+    """torch.onnx.export's current exporter (torch.export based) or the TorchScript one, ~20x faster to run"""
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
 
 
 @contextlib.contextmanager

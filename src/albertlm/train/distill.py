@@ -302,7 +302,7 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
 # ---------------------------------------------------------------------------- teacher and student
 def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device, data_dir: str | Path | None = None):
     """(teacher in eval mode, its config, its tokenizer, its class names) after checking it fits the
-    task (`inference.task_labels`, the check evaluate makes too)."""
+    task (`inference.evaluate.task_labels`, the check evaluate makes too)."""
     if not Path(teacher_dir).is_dir():
         raise AlbertlmError(f"--teacher {teacher_dir}: no such directory")
     loaded = load_model_dir(teacher_dir, device=device)
