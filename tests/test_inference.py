@@ -153,3 +153,27 @@ def test_length_batches_give_the_same_outputs_in_input_order(dirs, task):
     for name in family.outputs:
         assert all(np.array_equal(a, b) for a, b in zip(new[name], old[name], strict=True))
         assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(new[name], alone[name], strict=True))
+
+
+def test_an_onnx_file_runs_behind_the_same_predictor(dirs, tmp_path, capsys):
+    """load_model_dir(onnx=FILE): the directory gives the config, labels, settings and tokenizer, onnxruntime
+    runs the exported file; the predictions are the torch model's."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    for task in ("sst-2", "conll2003"):
+        path = tmp_path / f"{task}.onnx"
+        assert main(["export", str(dirs[task]), str(path), "--exporter", "legacy"]) == 0
+        capsys.readouterr()
+        onnx = Predictor(dirs[task], onnx=path)
+        assert onnx.loaded.backend == "onnxruntime" and onnx.loaded.arch == load_model_dir(dirs[task]).arch
+        torch_results = Predictor(dirs[task]).predict(INPUTS[task])
+        onnx_results = onnx.predict(INPUTS[task])
+        for a, b in zip(torch_results, onnx_results, strict=True):
+            assert a.keys() == b.keys() and a.get("label") == b.get("label") and a.get("tags") == b.get("tags")
+            assert a.get("probability", 0.0) == pytest.approx(b.get("probability", 0.0), abs=1e-4)
+    with pytest.raises(AlbertlmError, match="its outputs are logits; .* holds an AlbertForQuestionAnswering"):
+        load_model_dir(dirs["squad-v1.1"], onnx=tmp_path / "sst-2.onnx")
+    with pytest.raises(AlbertlmError, match="exclusive"):
+        load_model_dir(dirs["sst-2"], onnx=tmp_path / "sst-2.onnx", int8="fbgemm")
+    with pytest.raises(AlbertlmError, match="no such ONNX file"):
+        load_model_dir(dirs["sst-2"], onnx=tmp_path / "missing.onnx")
