@@ -5,10 +5,10 @@ Rows (all on the same fine-tuned weights, the model fine-tuned with `--early-exi
   - transformers fp32 (AlbertForSequenceClassification, sdpa attention): the baseline;
   - ours fp32 (the plain head: the exit heads are not run);
   - ours bf16 autocast, and transformers under the same autocast (a fair bf16 ratio);
-  - ours prepacked (oneDNN-packed fp32 weights, `train.inference.prepack_for_cpu`);
+  - ours prepacked (oneDNN-packed fp32 weights, `inference.prepack.prepack_for_cpu`);
   - ours int8 (dynamic int8 Linear layers, `inference.quantize`, fbgemm kernels);
   - onnxruntime fp32 and int8 (`albertlm export --format onnx`, each shared tensor stored once);
-  - early exit at patience 2, 3, 4 (`early_exit.patience_forward`, batched: exited rows leave the batch);
+  - early exit at patience 2, 3, 4 (`inference.exit.patience_forward`, batched: exited rows leave the batch);
   - the combination: int8 + early exit at each --combo-patience.
 Columns: the task's dev accuracy (every dev example, batch 32), the average layers run, batch-1
 latency (median over the first --latency-examples dev examples, each at its own length), batch-32
@@ -40,12 +40,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from albertlm.early_exit import EXIT_HEADS_NAME, PatienceExit  # noqa: E402
+from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.evaluate import task_inputs  # noqa: E402
+from albertlm.inference.exit import PatienceExit  # noqa: E402
+from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.inference.post import score_outputs  # noqa: E402
+from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
-from albertlm.interop.onnx import OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
-from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
-from albertlm.train.inference import prepack_for_cpu, task_inputs  # noqa: E402
+from albertlm.inference.run import run_features  # noqa: E402
+from albertlm.interop.onnx import export_onnx, quantize_onnx_int8  # noqa: E402
 from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
 from quantize_onnx import batch_of, time_rounds  # noqa: E402
 
@@ -121,7 +125,8 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
     model_dir = Path(model)
     t = task_inputs(model_dir, data)
     tmp.mkdir()
-    runs, _ = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    runs, _ = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences),
+                       tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, t.spec, t.examples, t.features, t.labels, t.settings)
     return {"task": t.spec.name, "main_metric": t.spec.main_metric, "dev_examples": len(t.examples),
@@ -131,8 +136,10 @@ def other_task(model: str, data: str, args: argparse.Namespace, tmp: Path) -> di
 def measure(args: argparse.Namespace, tmp: Path) -> dict:
     model_dir = Path(args.model)
     t = task_inputs(model_dir, args.data, args.task)
-    config, spec, examples, features, labels, settings = t.config, t.spec, t.examples, t.features, t.labels, t.settings
-    runs, sizes = variants(model_dir, t.model, tmp, args.threads, tuple(args.patiences), tuple(args.combo_patience))
+    config, spec, examples, features, labels, settings = (t.loaded.config, t.spec, t.examples, t.features, t.labels,
+                                                          t.settings)
+    runs, sizes = variants(model_dir, t.loaded.model, tmp, args.threads, tuple(args.patiences),
+                           tuple(args.combo_patience))
     with torch.inference_mode():
         quality = accuracy_and_layers(runs, spec, examples, features, labels, settings)
     singles = [batch_of([f]) for f in features[:args.latency_examples]]

@@ -413,7 +413,7 @@ def measure(args: argparse.Namespace, model_dir: Path, tmp: Path, log) -> dict:
     while another is measured), each measured in turn and stopped after its runs."""
     import httpx
 
-    from albertlm.early_exit import has_exit_heads
+    from albertlm.exit_heads import has_exit_heads
     from albertlm.train.inference import read_architecture
 
     arch, config = read_architecture(model_dir)

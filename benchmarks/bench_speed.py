@@ -61,9 +61,9 @@ from albertlm.analysis.speed import reset_peak_rss, status_kib  # noqa: E402
 from albertlm.config import AlbertConfig, get_preset  # noqa: E402
 from albertlm.data.bucketing import bucket_by_length, padded_tokens  # noqa: E402
 from albertlm.distributed import apply_activation_checkpointing, maybe_compile  # noqa: E402
+from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
 from albertlm.model import AlbertForPreTraining  # noqa: E402
 from albertlm.optim import param_groups  # noqa: E402
-from albertlm.train.inference import prepack_for_cpu  # noqa: E402
 
 THREADS = 2
 MLM_PROB = 0.15
@@ -470,7 +470,7 @@ def markdown(result: dict) -> str:
                      f"{r['hf']['mfu']:.0%} | {bf_cell} | {max(r['foreign_cores']):.2f} | {r['discarded']} |")
     packed = [r for r in result["speed"] if "ours_prepack" in r]
     if packed:
-        lines += ["", "Inference with oneDNN-packed weights (`albertlm.train.inference.prepack_for_cpu`, fp32), "
+        lines += ["", "Inference with oneDNN-packed weights (`albertlm.inference.prepack.prepack_for_cpu`, fp32), "
                   "timed in the same rounds as the rows above:", "",
                   "| preset | B x S | ours tok/s | ours packed tok/s | HF tok/s | packed / ours | packed / HF |",
                   "|---|---|---|---|---|---|---|"]

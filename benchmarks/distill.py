@@ -33,10 +33,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from albertlm.inference.evaluate import task_inputs
+from albertlm.inference.post import score_outputs
+from albertlm.inference.run import run_features
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
-from albertlm.train.finetune import FinetuneRecipe, run_features, score_outputs
-from albertlm.train.inference import task_inputs
+from albertlm.train.finetune import FinetuneRecipe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill"
 
@@ -68,7 +70,7 @@ def seed_cache(cache: Path | None, out: Path) -> None:
 def dev_outputs(model_dir: Path, data: Path, task: str, latency_examples: int) -> dict:
     """Dev predictions (argmax) and metrics, parameters and the median batch-1 forward time over some dev sentences."""
     t = task_inputs(model_dir, data, task)
-    model, features = t.model, t.features
+    model, features = t.loaded.model, t.features
     outputs = run_features(model, t.spec, features, 64, torch.device("cpu"))
     metrics = score_outputs(t.spec, t.examples, features, outputs, t.labels, t.settings)[0]
     return {"predictions": np.stack(outputs["logits"]).argmax(-1), "metrics": metrics, "parameters": model.num_parameters(),

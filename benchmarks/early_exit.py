@@ -38,11 +38,12 @@ from pathlib import Path
 
 import torch
 
-from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD, EXIT_HEADS_NAME, patience_forward
+from albertlm.exit_heads import EXIT_HEADS_NAME
 from albertlm.heads import AlbertForSequenceClassification
+from albertlm.inference.evaluate import evaluate_dir, task_inputs
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, patience_forward
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, finetune
-from albertlm.train.inference import evaluate_dir, task_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_real  # noqa: E402  (a sibling script, not a package)
@@ -79,7 +80,7 @@ def train(task: str, data: Path, out: Path, args: argparse.Namespace) -> dict:
 def batch1_latency(task: str, model_dir: Path, data: Path, n: int, threshold: float) -> dict:
     """Milliseconds per example at batch 1: full depth through the plain head, and every patience."""
     t = task_inputs(model_dir, data, task, max_examples=n)
-    model, features = t.model, t.features
+    model, features = t.loaded.model, t.features
     runs = {"full": lambda ids, tt: AlbertForSequenceClassification.forward(model, ids, token_type_ids=tt)}
     for p in PATIENCES:
         runs[f"patience_{p}"] = lambda ids, tt, p=p: patience_forward(model, ids, token_type_ids=tt, patience=p,

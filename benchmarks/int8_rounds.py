@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.evaluate import task_inputs  # noqa: E402
 from albertlm.inference.quantize import quantize_int8  # noqa: E402
-from albertlm.train.inference import task_inputs  # noqa: E402
 from harness import machine, write_json  # noqa: E402
 from quantize_onnx import batch_of  # noqa: E402
 

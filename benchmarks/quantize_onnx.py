@@ -1,8 +1,8 @@
 """int8 and ONNX inference on the CPU: accuracy, latency, throughput and size of one fine-tuned model
 run five ways: ours fp32, ours int8 (fbgemm and torchao backends), onnxruntime fp32 and int8.
 
-  - accuracy: the task's dev metric through the same scoring code (`train.finetune.score`; the
-    onnxruntime files run behind `interop.onnx.OnnxModel`), batch 32;
+  - accuracy: the task's dev metric through the same scoring code (`inference.post.score`; the
+    onnxruntime files run behind `inference.onnx_backend.OnnxModel`), batch 32;
   - batch-1 latency: the median over single dev examples, each at its own length;
   - batch-32 throughput: dev examples per second over the whole dev set, batches of 32 sorted by
     length (as evaluation runs them);
@@ -40,12 +40,14 @@ sys.path.insert(0, str(REPO / "src"))
 
 from albertlm.config import get_preset  # noqa: E402
 from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
+from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.inference.post import score_outputs  # noqa: E402
 from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
+from albertlm.inference.run import run_features  # noqa: E402
 from albertlm.interop.onnx import (  # noqa: E402
-    INPUTS, OnnxModel, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
+    INPUTS, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
+from albertlm.inference.evaluate import task_inputs  # noqa: E402
 from albertlm.tasks.common import pad_batch  # noqa: E402
-from albertlm.train.finetune import run_features, score_outputs  # noqa: E402
-from albertlm.train.inference import task_inputs  # noqa: E402
 
 
 def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> tuple[dict, dict]:
@@ -87,7 +89,8 @@ def batch_of(features, device="cpu") -> dict:
 
 def real_model(args, tmp: Path) -> dict:
     t = task_inputs(args.model, args.data, args.task)
-    model, spec, examples, features, labels, settings = t.model, t.spec, t.examples, t.features, t.labels, t.settings
+    model, spec, examples, features, labels, settings = (t.loaded.model, t.spec, t.examples, t.features, t.labels,
+                                                         t.settings)
     runs, sizes = variants(model, tmp, args.threads, dynamo=True)
     cpu = torch.device("cpu")
     with torch.inference_mode():  # each variant over the dev set once: its metrics, and its logits against ours fp32

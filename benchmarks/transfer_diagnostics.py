@@ -34,9 +34,12 @@ import torch.nn.functional as F
 
 from albertlm import AlbertForPreTraining
 from albertlm.config import AlbertConfig
+from albertlm.inference.features import feature_settings
+from albertlm.inference.load import load_head, load_tokenizer
+from albertlm.inference.run import to_device
 from albertlm.tasks.common import pad_batch
 from albertlm.tasks.registry import get_task
-from albertlm.train.finetune import FinetuneRecipe, feature_settings, head_config, load_head, load_tokenizer, to_device
+from albertlm.train.finetune import FinetuneRecipe, head_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import write_json  # noqa: E402  (a sibling script, not a package)

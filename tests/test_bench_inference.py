@@ -50,7 +50,7 @@ def test_one_run_gives_every_row_and_target(tmp_path):
     assert rows["transformers fp32"]["max_abs_logit_diff_vs_ours_fp32"] < 1e-4  # the same weights
     assert 1 <= rows["early exit, patience 2"]["average_layers"] <= 3
     # patience 1 can stop before the last of the 3 layers: its layer count is evaluate's, input for input
-    from albertlm.train.inference import evaluate_dir
+    from albertlm.inference.evaluate import evaluate_dir
 
     expected = evaluate_dir(tmp_path / "ft", data, patience=1)["early_exit"]["average_layers"]
     assert rows["early exit, patience 1"]["average_layers"] == pytest.approx(expected)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from albertlm.data.bucketing import bucket_by_length, padded_tokens
+from albertlm.data.bucketing import bucket_by_length, padded_tokens, restore_order, sorted_batches
 from albertlm.errors import AlbertlmError
 
 
@@ -47,3 +47,21 @@ def test_bucketing_cuts_padding():
 def test_rejects_bad_sizes():
     with pytest.raises(AlbertlmError):
         bucket_by_length([3, 4], 0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8, 500])
+def test_sorted_batches_sort_by_length_and_restore_order_inverts_them(batch_size):
+    """Inference batches: shortest first, ties in input order (the order run_features always used), every
+    example once; restore_order puts per-batch results back where their examples were."""
+    lengths = np.random.default_rng(2).integers(1, 9, size=203).tolist()  # many ties
+    batches = sorted_batches(lengths, batch_size)
+    flat = [i for b in batches for i in b]
+    assert flat == sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    assert all(len(b) == batch_size for b in batches[:-1]) and 1 <= len(batches[-1]) <= batch_size
+    results = [[f"example {i}" for i in b] for b in batches]
+    assert restore_order(batches, results) == [f"example {i}" for i in range(len(lengths))]
+    assert sorted_batches([], batch_size) == [] and restore_order([], []) == []
+    with pytest.raises(AlbertlmError):
+        sorted_batches([3, 4], 0)
+    with pytest.raises(ValueError):
+        restore_order(batches, results[:-1])

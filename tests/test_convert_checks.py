@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from albertlm import convert as convert_module
 from albertlm.cli import main
+from albertlm.convert import convert
 from albertlm.errors import AlbertlmError
-from albertlm.interop import convert as convert_module
-from albertlm.interop.convert import convert
 from albertlm.rundir import RunLock
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf"

@@ -17,12 +17,13 @@ import torch
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
 from albertlm.errors import AlbertlmError
+from albertlm.inference.evaluate import evaluate_dir
+from albertlm.inference.predict import predict_lines
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.train import distill as distill_module
 from albertlm.train.distill import DistillSettings, distill, distill_objective, token_distill_objective
 from albertlm.train.finetune import FinetuneRecipe, finetune
-from albertlm.train.inference import evaluate_dir, predict_lines
 from albertlm.train.metrics import read_metrics
 
 POS = "good great fun lovely superb".split()
@@ -354,8 +355,8 @@ def test_token_student_learns_from_the_teacher_and_unlabelled_text(world, ner_wo
 def test_an_early_exit_teacher_teaches_and_its_heads_do_not_pass_on(world, tmp_path):
     """A teacher fine-tuned with exit heads is accepted; a student started from it is saved plain
     (distillation trains the final classifier only, so stale exit heads must not be announced)."""
-    from albertlm.early_exit import EXIT_HEADS_NAME, has_exit_heads
-    from albertlm.train.inference import load_finetuned
+    from albertlm.exit_heads import EXIT_HEADS_NAME, has_exit_heads
+    from albertlm.inference.load import load_model_dir
 
     teacher = tmp_path / "ee-teacher"
     finetune("sst-2", world["pretrained"], world["data"], teacher,
@@ -363,7 +364,8 @@ def test_an_early_exit_teacher_teaches_and_its_heads_do_not_pass_on(world, tmp_p
     assert (teacher / EXIT_HEADS_NAME).is_file()
     distill("sst-2", teacher, str(teacher), world["data"], tmp_path / "student", FinetuneRecipe(steps=2, **RECIPE),
             progress=False)
-    model, config, _ = load_finetuned(tmp_path / "student")
+    loaded = load_model_dir(tmp_path / "student")
+    model, config = loaded.model, loaded.config
     assert not has_exit_heads(config) and type(model).__name__ == "AlbertForSequenceClassification"
 
 

@@ -12,11 +12,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from albertlm import get_preset
-from albertlm.early_exit import (CONFIG_KEY, EXIT_HEADS_NAME, EarlyExitSequenceClassifier, EarlyExitTokenClassifier,
-                                 PatienceExit, depth_weighted_loss, has_exit_heads, head_class, patience_forward)
 from albertlm.errors import AlbertlmError
+from albertlm.exit_heads import (CONFIG_KEY, EXIT_HEADS_NAME, EarlyExitSequenceClassifier, EarlyExitTokenClassifier,
+                                 depth_weighted_loss, has_exit_heads)
 from albertlm.heads import AlbertForSequenceClassification, AlbertForTokenClassification
-from albertlm.train.inference import load_finetuned, read_architecture
+from albertlm.inference.exit import PatienceExit, patience_forward
+from albertlm.inference.load import load_model_dir, model_class, read_architecture
 
 
 def _config(**changes):
@@ -213,7 +214,7 @@ def test_save_then_load_restores_the_exit_heads(tmp_path):
     assert not any(k.startswith("exits.") for k in load_file(str(tmp_path / "model.safetensors")))
     assert json.loads((tmp_path / "config.json").read_text())[CONFIG_KEY] == {"file": EXIT_HEADS_NAME, "heads": 5}
     arch, config = read_architecture(tmp_path)
-    assert head_class(arch, config) is EarlyExitSequenceClassifier
+    assert model_class(arch, config) is EarlyExitSequenceClassifier
     loaded = EarlyExitSequenceClassifier.from_pretrained(tmp_path)
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
@@ -225,7 +226,7 @@ def test_save_then_load_restores_the_exit_heads(tmp_path):
 def test_a_plain_directory_builds_the_plain_head(tmp_path):
     AlbertForSequenceClassification(_config()).save_pretrained(tmp_path)
     arch, config = read_architecture(tmp_path)
-    assert not has_exit_heads(config) and head_class(arch, config) is AlbertForSequenceClassification
+    assert not has_exit_heads(config) and model_class(arch, config) is AlbertForSequenceClassification
 
 
 def test_missing_or_misshapen_exit_heads_are_one_line(tmp_path):
@@ -239,7 +240,7 @@ def test_missing_or_misshapen_exit_heads_are_one_line(tmp_path):
         EarlyExitSequenceClassifier.from_pretrained(tmp_path)
     (tmp_path / EXIT_HEADS_NAME).unlink()
     with pytest.raises(AlbertlmError, match="announces exit heads .* exit_heads.safetensors is missing"):
-        load_finetuned(tmp_path)
+        load_model_dir(tmp_path)
 
 
 def test_non_finite_or_integer_exit_heads_are_refused_naming_the_tensor(tmp_path):

@@ -21,7 +21,8 @@ from albertlm.heads import HEADS
 from albertlm.tasks.common import pad_batch
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
-from albertlm.train.finetune import FinetuneRecipe, finetune, format_results, load_tokenizer
+from albertlm.inference.load import load_tokenizer
+from albertlm.train.finetune import FinetuneRecipe, finetune, format_results
 from albertlm.train.metrics import read_metrics
 
 POS = "good great fun lovely superb".split()
@@ -187,7 +188,7 @@ def test_output_dir_loads_in_transformers(runs, task):
     tok = load_tokenizer(out)
     examples = spec.read(data, "dev")[:4]
     labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))] if task in ("sst-2", "conll2003") else None
-    from albertlm.train.finetune import feature_settings
+    from albertlm.inference.features import feature_settings
 
     features = spec.family.featurize(spec, examples, tok, labels, feature_settings(
         FinetuneRecipe(max_seq_length=48).resolve(spec, 1), ours.config), False)
@@ -212,7 +213,7 @@ def test_predictions_file_in_task_format(runs):
 
 def test_best_checkpoint_is_what_was_saved(runs):
     data, out, results = runs["sst-2"]
-    from albertlm.train.inference import evaluate_dir
+    from albertlm.inference.evaluate import evaluate_dir
 
     again = evaluate_dir(out, data)
     assert again["metrics"]["accuracy"] == pytest.approx(results["best"]["accuracy"])
@@ -395,8 +396,7 @@ def test_a_training_file_without_its_label_column_is_one_line(model_dir, tmp_pat
 
 
 def test_max_answer_length_fits_the_language():
-    from albertlm.train.finetune import feature_settings
-    from albertlm.train.inference import _settings
+    from albertlm.inference.features import feature_settings, saved_settings
 
     config = AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=32)
@@ -406,10 +406,10 @@ def test_max_answer_length_fits_the_language():
     assert feature_settings(FinetuneRecipe(max_seq_length=64, max_answer_length=12), config,
                             chinese=True).max_answer_length == 12
     # a directory fine-tuned elsewhere gets the language default; evaluate can override what was saved
-    assert _settings(config, chinese=True).max_answer_length == 64
+    assert saved_settings(config, chinese=True).max_answer_length == 64
     saved = config.replace(extra={"albertlm_features": {"max_seq_length": 64, "max_answer_length": 30}})
-    assert _settings(saved, chinese=True).max_answer_length == 30
-    assert _settings(saved, chinese=True, max_answer_length=80).max_answer_length == 80
+    assert saved_settings(saved, chinese=True).max_answer_length == 30
+    assert saved_settings(saved, chinese=True, max_answer_length=80).max_answer_length == 80
 
 
 def test_results_record_the_dev_curve_and_whether_it_was_still_improving(tmp_path, model_dir):

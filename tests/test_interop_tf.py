@@ -13,7 +13,7 @@ import torch
 from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError, ConfigError
 from albertlm.interop import tf as tfmap
-from albertlm.interop.convert import convert, detect_source, load_tf
+from albertlm.convert import convert, detect_source, load_tf
 from albertlm.model import AlbertForPreTraining
 
 TINY = dict(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,

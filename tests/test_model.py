@@ -283,7 +283,7 @@ def test_sentence_order_head_learns_a_synthetic_order_task():
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 def test_prepacked_copy_computes_the_same_outputs():
-    from albertlm.train.inference import prepack_for_cpu
+    from albertlm.inference.prepack import prepack_for_cpu
 
     config = _config("all")
     torch.manual_seed(0)

@@ -20,7 +20,8 @@ from albertlm.cli import main  # noqa: E402
 from albertlm.config import get_preset  # noqa: E402
 from albertlm.errors import AlbertlmError  # noqa: E402
 from albertlm.heads import HEADS, AlbertForSequenceClassification  # noqa: E402
-from albertlm.interop.onnx import ONNX_OUTPUTS, OnnxModel, export_onnx, quantize_onnx_int8  # noqa: E402
+from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
+from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8  # noqa: E402
 from albertlm.model import AlbertForPreTraining, AlbertModel  # noqa: E402
 
 CLASSES = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
@@ -164,7 +165,7 @@ def test_refusals_are_one_line(tmp_path, capsys):
 def test_the_core_imports_without_onnx_and_says_how_to_install_it():
     code = ("import sys\n"
             "for name in ('onnx', 'onnxruntime', 'onnxscript'): sys.modules[name] = None\n"
-            "import albertlm, albertlm.cli, albertlm.interop.onnx as o\n"
+            "import albertlm, albertlm.cli, albertlm.inference.onnx_backend, albertlm.interop.onnx as o\n"
             "from albertlm.errors import AlbertlmError\n"
             "try:\n    o.require('onnx')\nexcept AlbertlmError as e:\n    print(e)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -166,7 +166,7 @@ def test_a_head_without_a_sentence_vector_is_refused_in_one_line(model_dir, tmp_
 
 
 def test_exit_heads_refuse_a_mean_pooled_config():
-    from albertlm.early_exit import EarlyExitSequenceClassifier
+    from albertlm.exit_heads import EarlyExitSequenceClassifier
 
     with pytest.raises(AlbertlmError, match="^exit heads classify the pooler's \\[CLS\\] vector; "
                                             "classifier_pooling='mean' has no pooler$"):

@@ -37,7 +37,7 @@ from albertlm.serve.settings import ServeSettings
 from albertlm.tasks.registry import FAMILIES
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.train.finetune import FinetuneRecipe, finetune, load_tokenizer
-from albertlm.train.inference import predict_lines
+from albertlm.inference.predict import predict_lines
 from test_distill import FILL, NEG, POS, RECIPE, write_sst, write_stsb
 from test_finetune import CITIES, PEOPLE, VERBS, write_conll
 

@@ -16,10 +16,11 @@ import pytest
 
 from albertlm.cli import main
 from albertlm.errors import AlbertlmError
+from albertlm.inference.evaluate import evaluate_dir
+from albertlm.inference.predict import predict_lines
 from albertlm.train import distill as distill_module
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
 from albertlm.train.finetune import FinetuneRecipe, finetune
-from albertlm.train.inference import evaluate_dir, predict_lines
 from test_distill import RECIPE, _pretrained, write_sst, write_stsb
 
 TWO_STEPS = FinetuneRecipe(steps=2, eval_every=2, **RECIPE)

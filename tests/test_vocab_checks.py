@@ -12,7 +12,7 @@ from albertlm.cli import main
 from albertlm.config import get_preset
 from albertlm.errors import AlbertlmError
 from albertlm.heads import AlbertForSequenceClassification
-from albertlm.interop.convert import convert
+from albertlm.convert import convert
 from albertlm.tokenizer import load_vocabulary
 from albertlm.tokenizer.wordpiece import WordPieceTokenizer
 

@@ -15,7 +15,8 @@ from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.cli import main
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import WordPieceTokenizer, load_vocabulary
-from albertlm.train.finetune import FinetuneRecipe, feature_settings, finetune
+from albertlm.inference.features import feature_settings
+from albertlm.train.finetune import FinetuneRecipe, finetune
 from test_finetune import ANIMALS, CITIES, COLORS, FILL, NEG, PEOPLE, POS, VERBS, write_conll, write_squad, write_sst
 
 

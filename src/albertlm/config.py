@@ -24,6 +24,9 @@ EMBEDDING_LAYOUTS = ("albert", "albert_zh")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 """The values of `problem_type` (transformers accepts these and no other)."""
 CLASSIFIER_POOLINGS = ("cls", "mean")
+PRETRAINING_KEY = "albertlm_pretraining"
+"""config.json entry recording how a pretraining run trained the weights (an rtd run: {"token_objective":
+"rtd", ...}); absent for masked-LM runs."""
 """The values of `classifier_pooling`: ALBERT's pooler on [CLS], or the mean of the real tokens."""
 ACTIVATIONS = ("gelu_new", "gelu", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 

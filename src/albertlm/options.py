@@ -1,15 +1,36 @@
 """Command-line options generated from settings dataclasses, typed from their type hints.
 
-Every settings class (PretrainRecipe, BuildSettings, FinetuneRecipe, ReportSettings) becomes a
-group of `--flags`: the help text is each field's docstring; int fields take integers, float fields
-finite numbers, bool fields `--x / --no-x`, `Literal` fields their choices, and `X | None` numbers
-also `none`. The dataclass itself validates the values (`__post_init__`), so the command line and
-the Python API refuse the same things.
+Every settings class (PretrainRecipe, BuildSettings, FinetuneRecipe, ReportSettings, the inference
+commands' settings in inference/settings.py, DeviceSettings below) becomes a group of `--flags`: the
+help text is each field's docstring; int fields take integers, float fields finite numbers, bool
+fields `--x / --no-x`, `Literal` fields their choices (listed by --help), and `X | None` numbers also
+`none`; a field's `metadata={"metavar": ...}` names its value in the help. The dataclass itself
+validates the values (`__post_init__`, `utils.check_field_types` for the types and choices), so the
+command line and the Python API refuse the same things.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import Literal
+
+Device = Literal["auto", "cpu", "cuda"]
+"""What --device takes (`distributed.resolve_device`)."""
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """Where a command runs: the one --device of every command that trains or runs a model."""
+
+    device: Device = "auto"
+    """where to run: auto (the GPU when CUDA is available, else the CPU), cpu or cuda"""
+
+    def __post_init__(self) -> None:
+        from albertlm.utils import check_field_types
+
+        check_field_types(self)
+
 
 def field_docs(cls) -> dict[str, str]:
     """The docstring under each field of a dataclass (so the help text is the docstring)."""
@@ -99,7 +120,8 @@ def add_dataclass_options(p: argparse.ArgumentParser, cls, group_title: str, onl
         default = getattr(defaults, f.name) if defaults is not None else f.default
         help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")  # argparse formats help
         value = argparse.SUPPRESS if only_given else default
-        group.add_argument(flag, dest=f.name, default=value, help=help_text, **flag_spec(hints[f.name]))
+        named = {"metavar": f.metadata["metavar"]} if "metavar" in f.metadata else {}
+        group.add_argument(flag, dest=f.name, default=value, help=help_text, **flag_spec(hints[f.name]), **named)
 
 
 def dataclass_from_args(cls, args: argparse.Namespace, exclude: tuple[str, ...] = ()):

@@ -152,8 +152,8 @@ def _type_hints(cls: type) -> dict:
 def check_field_types(obj) -> None:
     """Every field of a dataclass instance holds a value of its declared type, and floats are finite.
 
-    int fields take ints (not bools or strings), float fields ints or finite floats; None is accepted
-    where the type allows it. Raises AlbertlmError naming the field.
+    int fields take ints (not bools or strings), float fields ints or finite floats, `Literal` fields
+    one of their values; None is accepted where the type allows it. Raises AlbertlmError naming the field.
     """
     import dataclasses
     import math
@@ -171,7 +171,11 @@ def check_field_types(obj) -> None:
                 continue
             rest = [a for a in args if a is not type(None)]
             hint = rest[0] if len(rest) == 1 else None
-        if hint is float:
+        if typing.get_origin(hint) is typing.Literal:
+            choices = typing.get_args(hint)
+            if not any(value == c and type(value) is type(c) for c in choices):
+                raise AlbertlmError(f"{f.name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        elif hint is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             if not ok:
                 raise AlbertlmError(f"{f.name} must be a finite number, got {value!r}")

@@ -21,7 +21,7 @@ def convert_args(p: argparse.ArgumentParser) -> None:
 
 
 def convert_run(args: argparse.Namespace) -> int:
-    from albertlm.interop.convert import convert
+    from albertlm.convert import convert
 
     summary = convert(args.src, args.dst, to=args.to, force=args.force, config=args.config)
     print("\n".join(summary.lines()))

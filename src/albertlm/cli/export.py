@@ -6,51 +6,43 @@ import argparse
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
+from albertlm.options import add_dataclass_options, dataclass_from_args
 from albertlm.outputs import check_not_input
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.interop.onnx import ExportSettings
+
     p.add_argument("model", metavar="DIR", help="a model directory: pretrained (AlbertForPreTraining) or fine-tuned")
     p.add_argument("out", metavar="OUT", help="the file to write, e.g. model.onnx")
-    p.add_argument("--format", default="onnx", choices=["onnx"], help="output format (default: onnx)")
-    p.add_argument("--int8", action="store_true", help="write onnxruntime's dynamic int8 quantization of the "
-                   "export instead of fp32 (docs/benchmarks.md has its accuracy and speed)")
-    p.add_argument("--exporter", default="dynamo", choices=["dynamo", "legacy"], help="torch.onnx.export's "
-                   "current exporter (torch.export based) or the TorchScript one, ~20x faster to run "
-                   "(default: dynamo)")
+    add_dataclass_options(p, ExportSettings, "export")
 
 
 def export_run(args: argparse.Namespace) -> int:
     """Export a model directory; print what was written."""
-    import warnings
+    from albertlm.inference.load import load_module, read_architecture
+    from albertlm.interop.onnx import ONNX_OUTPUTS, ExportSettings, export_onnx, quantize_onnx_int8, scratch_beside
 
-    from albertlm.heads import HEADS
-    from albertlm.interop.onnx import ONNX_OUTPUTS, export_onnx, quantize_onnx_int8, scratch_beside
-    from albertlm.model import AlbertForPreTraining
-    from albertlm.train.inference import check_head_weights, read_architecture
-
+    settings = dataclass_from_args(ExportSettings, args)
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
         raise AlbertlmError(f"{out}: {'is a directory' if out.is_dir() else 'its directory does not exist'}")
     if not Path(args.model).is_dir():
         raise AlbertlmError(f"{args.model}: not a model directory")
     check_not_input(out, "OUT", {"DIR": args.model})
-    arch, _ = read_architecture(args.model)
-    classes = {"AlbertForPreTraining": AlbertForPreTraining, **HEADS}
+    arch, config = read_architecture(args.model)
     if arch not in ONNX_OUTPUTS:
         raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
-    with warnings.catch_warnings():  # a pretrained directory without an SOP head says so: not an error here
-        warnings.filterwarnings("ignore", message=".*SOP head.*")
-        model = classes[arch].from_pretrained(args.model).eval()
-    if arch in HEADS:  # a directory claiming a head its weights lack would export a random one
-        check_head_weights(args.model, arch, model)
-    if not args.int8:
-        report = export_onnx(model, out, dynamo=args.exporter == "dynamo")
+    # the plain class (exit heads are albertlm's own); a head its weights lack is refused, not exported random
+    model = load_module(args.model, arch, config, exit_heads=False).eval()
+    dynamo = settings.exporter == "dynamo"
+    if not settings.int8:
+        report = export_onnx(model, out, dynamo=dynamo)
     else:
         with scratch_beside(out) as tmp:
-            report = export_onnx(model, tmp / "fp32.onnx", dynamo=args.exporter == "dynamo")
+            report = export_onnx(model, tmp / "fp32.onnx", dynamo=dynamo)
             report.update(quantize_onnx_int8(tmp / "fp32.onnx", out))
     print(f"{out}: {arch} -> {', '.join(report['outputs'])}; {out.stat().st_size / 2**20:.2f} MiB on disk, "
           f"fp32 initializers {report['ratio']:.3f}x the distinct parameter bytes"
-          + (f"; int8: {report['quantized_matmuls']} int8 MatMuls" if args.int8 else ""))
+          + (f"; int8: {report['quantized_matmuls']} int8 MatMuls" if settings.int8 else ""))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from albertlm.options import add_dataclass_options, dataclass_from_args
+from albertlm.options import DeviceSettings, add_dataclass_options, dataclass_from_args
 
 
 # ---------------------------------------------------------------------------- params
@@ -30,7 +30,7 @@ def pretrain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", default="runs", help="parent of run directories (default: ./runs)")
     p.add_argument("--restart", action="store_true",
                    help="delete an existing run directory of this name and start over (default: resume it)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
+    add_dataclass_options(p, DeviceSettings, "device")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--recipe", default="quick", choices=sorted(RECIPES),
                    help="named recipe the options below change (default: quick, the built-in 15-minute CPU run; "

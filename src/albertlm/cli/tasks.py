@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from albertlm.errors import AlbertlmError
-from albertlm.options import add_dataclass_options
+from albertlm.options import DeviceSettings, add_dataclass_options, dataclass_from_args
 
 
 # ---------------------------------------------------------------------------- fine-tuning and inference
@@ -40,7 +40,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
 def training_run_args(p: argparse.ArgumentParser, default_out: str) -> None:
     """--out, --device, --no-progress and the generic tasks' columns: what every task-training command takes."""
     p.add_argument("--out", metavar="DIR", default=None, help=f"output directory (default: {default_out})")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
+    add_dataclass_options(p, DeviceSettings, "device")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("generic tasks")
     g.add_argument("--text-column", default=None, help="column of the text (default: text)")
@@ -100,57 +100,30 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict) -> int:
 
 
 def evaluate_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.inference.settings import EarlyExitSettings, EvaluateSettings, Int8Settings
+
     p.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned model directory")
     p.add_argument("--data", required=True, metavar="DIR", help="the task's data directory (or the split's file)")
-    p.add_argument("--task", default=None, help="task name (default: the finetuning_task in the model's config.json)")
-    p.add_argument("--split", default="dev", choices=["dev", "test", "train"], help="split to score (default: dev)")
-    p.add_argument("--batch-size", type=int, default=64, help="features per forward pass (default: 64)")
-    p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
-    p.add_argument("--predictions", metavar="FILE", default=None, help="also write the predictions (task format)")
-    p.add_argument("--max-answer-length", type=int, default=None, metavar="N", help="QA: longest answer in pieces "
-                   "(default: what the model was fine-tuned with; 30, or 64 for a Chinese vocabulary)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    _early_exit_args(p)
-    _int8_args(p)
-
-
-def _early_exit_args(p: argparse.ArgumentParser) -> None:
-    from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD
-
-    g = p.add_argument_group("early exit (a model fine-tuned with --early-exit)")
-    g.add_argument("--patience", type=int, default=None, metavar="K", help="stop each input once its prediction "
-                   "has not changed for K consecutive layers, and report the layers run (default: all layers)")
-    g.add_argument("--regression-threshold", type=float, default=DEFAULT_REGRESSION_THRESHOLD, metavar="T",
-                   help="with --patience, a regression output moving less than T counts as unchanged "
-                   f"(default: {DEFAULT_REGRESSION_THRESHOLD})")
-
-
-def _int8_args(p: argparse.ArgumentParser) -> None:
-    from albertlm.inference.quantize import INT8_BACKENDS
-
-    p.add_argument("--int8", action="store_true", help="CPU only: run on a copy with dynamic int8 Linear layers "
-                   "(faster; accuracy change in docs/benchmarks.md)")
-    p.add_argument("--int8-backend", default=INT8_BACKENDS[0], choices=INT8_BACKENDS, help="int8 kernels: fbgemm "
-                   "(torch.ao, deprecated by PyTorch but fastest on x86) or torchao (maintained; pip install "
-                   f"'albertlm[int8]') (default: {INT8_BACKENDS[0]})")
-
-
-def _int8(args: argparse.Namespace) -> str | None:
-    return args.int8_backend if args.int8 else None
+    add_dataclass_options(p, EvaluateSettings, "scoring")
+    add_dataclass_options(p, DeviceSettings, "device")
+    add_dataclass_options(p, EarlyExitSettings, "early exit (a model fine-tuned with --early-exit)")
+    add_dataclass_options(p, Int8Settings, "int8")
 
 
 def evaluate_run(args: argparse.Namespace) -> int:
     """Score a fine-tuned model on a task split."""
+    import dataclasses
     import json
 
-    from albertlm.train.inference import evaluate_dir
+    from albertlm.inference.evaluate import evaluate_dir
+    from albertlm.inference.settings import EarlyExitSettings, EvaluateSettings, Int8Settings
 
+    settings = dataclass_from_args(EvaluateSettings, args)  # each refused with one line before any work
+    early, int8 = dataclass_from_args(EarlyExitSettings, args), dataclass_from_args(Int8Settings, args)
     _one_line_warnings()
-    result = evaluate_dir(args.model, args.data, args.task, args.split, batch_size=args.batch_size,
-                          max_examples=args.max_examples, predictions=args.predictions, device=args.device,
-                          max_answer_length=args.max_answer_length, patience=args.patience,
-                          regression_threshold=args.regression_threshold, int8=_int8(args))
+    result = evaluate_dir(args.model, args.data, **dataclasses.asdict(settings), **dataclasses.asdict(early),
+                          device=args.device, int8=int8.backend)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -170,24 +143,25 @@ def evaluate_run(args: argparse.Namespace) -> int:
 
 
 def predict_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.inference.settings import EarlyExitSettings, Int8Settings, PredictSettings
+
     p.add_argument("--model", required=True, metavar="DIR", help="a fine-tuned model directory")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files, one example per line (default or '-': "
                    "stdin): text or text_a<TAB>text_b (classification), text (NER), question<TAB>context or JSON "
                    "(QA), JSON {context, question, options} (multiple choice)")
-    p.add_argument("--batch-size", type=int, default=64, help="examples per forward pass (default: 64)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
-    p.add_argument("--prepack", action="store_true", help="CPU only: run on a copy with oneDNN-packed weights "
-                   "(faster for small batches of base and larger models; docs/benchmarks.md)")
-    _early_exit_args(p)
-    _int8_args(p)
+    add_dataclass_options(p, PredictSettings, "prediction")
+    add_dataclass_options(p, DeviceSettings, "device")
+    add_dataclass_options(p, EarlyExitSettings, "early exit (a model fine-tuned with --early-exit)")
+    add_dataclass_options(p, Int8Settings, "int8")
 
 
 def predict_run(args: argparse.Namespace) -> int:
     """Print one prediction line per input line."""
-    from albertlm.train.inference import predict_lines
+    from albertlm.inference.predict import predict_lines
+    from albertlm.inference.settings import EarlyExitSettings, Int8Settings, PredictSettings
 
-    if args.batch_size < 1:
-        raise AlbertlmError(f"--batch-size must be at least 1, got {args.batch_size}")
+    settings = dataclass_from_args(PredictSettings, args)  # refused before stdin is read
+    early, int8 = dataclass_from_args(EarlyExitSettings, args), dataclass_from_args(Int8Settings, args)
     _one_line_warnings()
     lines: list[str] = []
     for name in args.files or ["-"]:
@@ -202,30 +176,34 @@ def predict_run(args: argparse.Namespace) -> int:
         except UnicodeDecodeError as exc:
             raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
     exit_layers: list = []
-    for out in predict_lines(args.model, lines, device=args.device, batch_size=args.batch_size,
-                             prepack=args.prepack, patience=args.patience,
-                             regression_threshold=args.regression_threshold, exit_layers=exit_layers,
-                             int8=_int8(args)):
+    for out in predict_lines(args.model, lines, device=args.device, batch_size=settings.batch_size,
+                             prepack=settings.prepack, patience=early.patience,
+                             regression_threshold=early.regression_threshold, exit_layers=exit_layers,
+                             int8=int8.backend):
         print(out)
     run = [n for n in exit_layers if n is not None]
-    if args.patience is not None and run:
-        print(f"early exit: patience {args.patience}, {sum(run) / len(run):.2f} layers run on average "
+    if early.patience is not None and run:
+        print(f"early exit: patience {early.patience}, {sum(run) / len(run):.2f} layers run on average "
               f"over {len(run)} inputs", file=sys.stderr)
     return 0
 
 
 def fill_mask_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.inference.settings import FillMaskSettings
+
     p.add_argument("--model", required=True, metavar="DIR", help="a pretrained model directory (with its MLM head)")
     p.add_argument("text", help='text with one or more [MASK], e.g. "the capital of france is [MASK] ."')
-    p.add_argument("--top-k", type=int, default=5, help="candidates shown per mask (default: 5)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to run")
+    add_dataclass_options(p, FillMaskSettings, "candidates")
+    add_dataclass_options(p, DeviceSettings, "device")
 
 
 def fill_mask_run(args: argparse.Namespace) -> int:
     """Print the filled text and the top candidates of every mask."""
-    from albertlm.train.inference import fill_mask
+    from albertlm.inference.fill_mask import fill_mask
+    from albertlm.inference.settings import FillMaskSettings
 
-    filled, candidates = fill_mask(args.model, args.text, top_k=args.top_k, device=args.device)
+    settings = dataclass_from_args(FillMaskSettings, args)
+    filled, candidates = fill_mask(args.model, args.text, top_k=settings.top_k, device=args.device)
     print(filled)
     for n, cands in enumerate(candidates, 1):
         print(f"[MASK] {n}: " + "  ".join(f"{piece} {p:.3f}" for piece, p in cands))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import io
+import typing
 import warnings
 
 import torch
@@ -32,7 +33,9 @@ from torch import nn
 
 from albertlm.errors import AlbertlmError
 
-INT8_BACKENDS = ("fbgemm", "torchao")
+Int8Backend = typing.Literal["fbgemm", "torchao"]
+"""The int8 kernels (see the module docstring); the first is the default."""
+INT8_BACKENDS: tuple[str, ...] = typing.get_args(Int8Backend)
 
 
 def quantize_int8(model: nn.Module, backend: str = "fbgemm") -> nn.Module:

@@ -1,5 +1,7 @@
 """ONNX export of every albertlm model class, holding each shared tensor once; onnxruntime int8.
 
+Running an exported file is `albertlm.inference.onnx_backend`.
+
 The table below is the contract of the exported file: per architecture (config.json's
 `architectures` entry), the graph's outputs, with the inputs common to all
 
@@ -28,13 +30,15 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_path, os_error_naming
+from albertlm.utils import atomic_path, check_field_types, os_error_naming
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -47,6 +51,22 @@ ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
 SIZE_TOLERANCE = 1.05
 """The file's initializers may exceed the model's distinct parameter bytes by at most this factor."""
 MISSING = "the ONNX export needs onnx, onnxscript and onnxruntime: pip install 'albertlm[onnx]'"
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """What `albertlm export` writes."""
+
+    format: Literal["onnx"] = "onnx"
+    """output format"""
+    int8: bool = False
+    """write onnxruntime's dynamic int8 quantization of the export instead of fp32 (docs/benchmarks.md has its
+    accuracy and speed)"""
+    exporter: Literal["dynamo", "legacy"] = "dynamo"
+    """torch.onnx.export's current exporter (torch.export based) or the TorchScript one, ~20x faster to run"""
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
 
 
 @contextlib.contextmanager
@@ -265,37 +285,6 @@ def _is_plain_transpose(node) -> bool:
         return False
     perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
     return perm in (None, [1, 0])
-
-
-class OnnxModel(nn.Module):
-    """An exported file run by onnxruntime behind the model's call signature: called with torch
-    tensors input_ids / attention_mask / token_type_ids, it returns an object whose attributes are
-    the file's outputs as torch tensors, so the task scoring code runs it like the torch model."""
-
-    def __init__(self, path: str | os.PathLike, threads: int = 1):
-        super().__init__()
-        ort = require("onnxruntime")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types, one per failure kind
-            raise AlbertlmError(f"{path}: onnxruntime cannot load it ({str(exc).splitlines()[0]})") from None
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None):
-        """Inputs [B, S] (multiple choice [B, C, S]) -> a namespace of the outputs (ONNX_OUTPUTS)."""
-        from types import SimpleNamespace
-
-        given = {"input_ids": input_ids,
-                 "attention_mask": torch.ones_like(input_ids) if attention_mask is None else attention_mask,
-                 "token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids}
-        feed = {name: given[name].detach().cpu().numpy().astype("int64") for name in self.input_names}
-        values = self.session.run(self.output_names, feed)
-        return SimpleNamespace(**{n: torch.from_numpy(v) for n, v in zip(self.output_names, values)})
 
 
 def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> dict:

@@ -18,7 +18,7 @@ Optimizer slots (`*/adam_m`, `*/adam_v`) and `global_step` are skipped and count
 variable the table does not name is an error, as is a missing one or a wrong shape.
 
 Reading and writing the files themselves is `interop/tf_bundle.py`; whole directories are
-`interop/convert.py`.
+`albertlm/convert.py`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The server's one dependency on the inference code: a fine-tuned directory loaded once, predicting a
-batch of input lines exactly as `albertlm predict` does for them.
-
-`albertlm predict` (`predict_lines` in train/inference.py) loads the directory on every call; a server
-loads it once and runs many batches, so `ServedModel` holds what `_predict_nonblank` builds per call
-(the model, the family, the prediction spec, the feature settings, the labels) and runs the same steps
-on each batch: parse each line with the family, featurize, run the head, render the family's output
-line. When the batch-level inference API lands, `ServedModel.predict` becomes a call to it; the server
-uses nothing else. tests/test_serve.py checks every served answer against `predict_lines`.
+"""The server's one dependency on the inference code: a fine-tuned directory loaded once
+(`inference.load.load_model_dir`), predicting a batch of input lines with `inference.predict.predict_batch`,
+the path `albertlm predict` takes, so every answer's `line` is what predict prints for it.
+tests/test_serve.py checks every served answer against `predict_lines`.
 """
 
 from __future__ import annotations
@@ -36,25 +31,18 @@ class ServedModel:
     """
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings):
-        from albertlm.tasks.registry import TaskSpec, family_of_head
-        from albertlm.train.inference import _labels, _settings, head_name, load_finetuned, patience_runner
+        from albertlm.inference.load import load_model_dir
 
         if not Path(model_dir).is_dir():
             raise AlbertlmError(f"{model_dir}: not a model directory")
         self.model_dir = str(model_dir)
         int8 = settings.int8_backend if settings.int8 else None
-        model, self.config, self.tokenizer = load_finetuned(model_dir, settings.device, int8)
-        self.head = head_name(model)
-        self.device = next(model.parameters()).device
-        self.family = family_of_head(self.head)
-        self.patience = settings.patience
-        self.runner = model if self.patience is None else patience_runner(model_dir, model, self.patience,
-                                                                          settings.regression_threshold)
-        problem = self.config.problem_type or ("regression" if self.config.num_labels == 1
-                                               else "single_label_classification")
-        self.spec = TaskSpec.for_prediction(self.family, problem)
-        self.features = _settings(self.config, chinese=self.tokenizer.chinese)
-        self.labels = _labels(self.config)
+        self.loaded = load_model_dir(model_dir, device=settings.device, int8=int8, patience=settings.patience,
+                                     regression_threshold=settings.regression_threshold)
+        self.config, self.tokenizer, self.family = self.loaded.config, self.loaded.tokenizer, self.loaded.family
+        self.head, self.device, self.patience = self.loaded.arch, self.loaded.device, settings.patience
+        self.features = self.loaded.settings()
+        self.labels = self.loaded.labels
         # a batch the batcher merged runs as one forward pass up to --max-batch-tokens of features; one
         # request that is larger alone (a long text's windows) runs in passes of that size
         self.forward_batch = max(PREDICT_BATCH, settings.max_batch_tokens // self.features.max_seq_length)
@@ -73,65 +61,38 @@ class ServedModel:
 
     def predict(self, lines: list[str]) -> list[dict[str, Any]]:
         """One answer per (non-blank) line: `{"line": what albertlm predict prints}` plus the same
-        prediction as fields (`ANSWERS`), and `"layers"` run under early exit.
+        prediction as fields (`answer_fields`), and `"layers"` run under early exit.
 
         Raises:
             AlbertlmError: a line the family cannot parse, or non-finite outputs.
         """
-        from albertlm.train.finetune import check_finite_outputs, run_features
+        from albertlm.inference.predict import predict_batch
 
-        examples = [self.example(i, line) for i, line in enumerate(lines)]
-        features = self.family.featurize(self.spec, examples, self.tokenizer, self.labels, self.features, False)
-        extra = ("exit_layers",) if self.patience is not None else ()
-        outputs = run_features(self.runner, self.spec, features, self.forward_batch, self.device, per_feature=extra)
-        check_finite_outputs(outputs, self.spec, self.model_dir)
-        args = (self.spec, examples, features, outputs, self.labels, self.features)
-        rendered = self.family.render(*args)
-        predictions = self.family.predict(*args)
-        answers = [{**ANSWERS[self.family.name](self.spec, e, p, line), "line": line}
-                   for e, p, line in zip(examples, predictions, rendered)]
-        if self.patience is not None:  # an input split into windows: its deepest window, as predict counts
-            for a in answers:
-                a["layers"] = 0
-            for f, n in zip(features, outputs["exit_layers"]):
-                answers[f.example]["layers"] = max(answers[f.example]["layers"], int(n))
+        for i, line in enumerate(lines):
+            self.example(i, line)  # a bad input is named as the request's, before any work
+        predictions = predict_batch(self.loaded, lines, self.forward_batch)
+        answers = [{**answer_fields(result), "line": self.family.line(result)} for result in predictions.results]
+        if predictions.exit_layers is not None:
+            for a, n in zip(answers, predictions.exit_layers):
+                a["layers"] = n
         return answers
 
     def describe(self) -> dict[str, Any]:
         """What /info says about the model."""
         return {"model_dir": self.model_dir, "task": self.config.extra.get("finetuning_task"), "head": self.head,
-                "family": self.family.name, "problem_type": self.spec.problem_type, "labels": self.labels,
+                "family": self.family.name, "problem_type": self.loaded.problem_type, "labels": self.labels,
                 "backend": self.backend, "device": str(self.device),
                 "max_seq_length": self.features.max_seq_length, "forward_batch": self.forward_batch,
                 "early_exit": None if self.patience is None else {"patience": self.patience,
                                                                   "layers": self.config.num_layer_calls}}
 
 
-# ---------------------------------------------------------------------------- answers as fields
-def _classification(spec, example, prediction, line: str) -> dict[str, Any]:
-    if spec.problem_type == "single_label_classification":  # the line: label<TAB>probability
-        label, score = line.rsplit("\t", 1)
-        return {"label": label, "score": float(score)}
-    if spec.problem_type == "regression":
-        return {"score": float(line)}
-    return {"labels": list(prediction)}
-
-
-def _ner(spec, example, prediction, line: str) -> dict[str, Any]:
-    return {"tokens": [{"word": w, "tag": t} for w, t in zip(example.tokens, prediction)]}
-
-
-def _qa(spec, example, prediction, line: str) -> dict[str, Any]:
-    return {"answer": prediction}
-
-
-def _choice(spec, example, prediction, line: str) -> dict[str, Any]:
-    from albertlm.tasks.multiple_choice import LETTERS
-
-    return {"choice": LETTERS[prediction], "option": example.options[prediction]}
-
-
-ANSWERS = {"classification": _classification, "ner": _ner, "qa": _qa, "multiple_choice": _choice}
-"""Family name -> (spec, example, prediction, rendered line) -> the answer's fields: the label and its
-probability (rounded as predict prints it), the score (regression), the labels (multi-label), each word
-with its tag (NER), the answer text (QA), the option's letter and text (multiple choice)."""
+def answer_fields(result: dict[str, Any]) -> dict[str, Any]:
+    """A result of `predict_batch` as the answer's fields: the label and its probability as `score`
+    (rounded as predict prints it), the score (regression), the labels (multi-label), each word with its
+    tag (NER), the answer text (QA), the option's letter and text (multiple choice)."""
+    if "probability" in result:
+        return {"label": result["label"], "score": round(result["probability"], 4)}
+    if "tags" in result:
+        return {"tokens": [{"word": w, "tag": t} for w, t in zip(result["words"], result["tags"])]}
+    return dict(result)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from albertlm.early_exit import DEFAULT_REGRESSION_THRESHOLD
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD
 from albertlm.errors import AlbertlmError
 from albertlm.utils import check_field_types
 
@@ -45,7 +45,7 @@ class ServeSettings:
     """Bytes in one request body at most; more are refused with 413."""
 
     def __post_init__(self) -> None:
-        from albertlm.early_exit import check_patience
+        from albertlm.inference.exit import check_patience
 
         check_field_types(self)
         if not self.host:

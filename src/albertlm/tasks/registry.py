@@ -71,8 +71,13 @@ class Family:
     """(path, examples, predictions): the task's usual prediction file."""
     parse_line: Callable[[int, str, Any], Any]
     """(index, raw input line, tokenizer) -> one example, for `albertlm predict`."""
-    render: Callable[..., list[str]]
-    """(spec, examples, features, outputs, labels, settings) -> one output line per example."""
+    results: Callable[..., list[dict[str, Any]]]
+    """(spec, examples, features, outputs, labels, settings) -> one result per example, what `albertlm
+    predict` prints: {"label", "probability"} (single-label), {"labels"} (multi-label), {"score"}
+    (regression), {"words", "tags"} (NER), {"answer"} (QA, "" for none), {"choice", "option"} (multiple
+    choice)."""
+    line: Callable[[dict[str, Any]], str]
+    """One result (`results`) as the line `albertlm predict` prints."""
     label_names: Callable[[Sequence], list[str]] | None = None
     """Training examples -> class or tag names in id order; None: the head has no label set (QA,
     multiple choice)."""
@@ -102,16 +107,23 @@ def _cls_line(index: int, line: str, tokenizer) -> glue.TextExample:
     return glue.TextExample(str(index), *(line.split("\t", 1) + [None])[:2])
 
 
-def _cls_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+def _cls_results(spec, examples, features, outputs, labels, settings) -> list[dict[str, Any]]:
     import numpy as np
 
     if spec.problem_type == "single_label_classification":  # the label and its probability
         logits = np.stack(outputs["logits"])
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
-        return [f"{labels[j]}\t{p[j]:.4f}" for j, p in zip(probs.argmax(-1), probs)]
+        return [{"label": labels[j], "probability": float(p[j])} for j, p in zip(probs.argmax(-1), probs)]
     preds = _cls_predict(spec, examples, features, outputs, labels, settings)
-    return [",".join(p) if isinstance(p, list) else f"{p:.4f}" for p in preds]
+    key = "score" if spec.problem_type == "regression" else "labels"
+    return [{key: p} for p in preds]
+
+
+def _cls_text(result: dict[str, Any]) -> str:
+    if "probability" in result:
+        return f"{result['label']}\t{result['probability']:.4f}"
+    return ",".join(result["labels"]) if "labels" in result else f"{result['score']:.4f}"
 
 
 def _cls_labels(examples: Sequence) -> list[str]:
@@ -135,9 +147,13 @@ def _choice_line(index: int, line: str, tokenizer) -> multiple_choice.ChoiceExam
                                          record["question"], list(record["options"]))
 
 
-def _choice_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+def _choice_results(spec, examples, features, outputs, labels, settings) -> list[dict[str, Any]]:
     preds = multiple_choice.choice_predictions(outputs["logits"])
-    return [f"{multiple_choice.LETTERS[p]}\t{e.options[p]}" for e, p in zip(examples, preds)]
+    return [{"choice": multiple_choice.LETTERS[p], "option": e.options[p]} for e, p in zip(examples, preds)]
+
+
+def _choice_text(result: dict[str, Any]) -> str:
+    return f"{result['choice']}\t{result['option']}"
 
 
 def _ner_line(index: int, line: str, tokenizer) -> ner.TokenExample:
@@ -146,9 +162,13 @@ def _ner_line(index: int, line: str, tokenizer) -> ner.TokenExample:
     return ner.TokenExample(str(index), [w for w, _ in split_words(line, tokenizer.chinese)] or ["."])
 
 
-def _ner_render(spec, examples, features, outputs, labels, settings) -> list[str]:
+def _ner_results(spec, examples, features, outputs, labels, settings) -> list[dict[str, Any]]:
     preds = ner.ner_predictions(examples, features, outputs["logits"], labels)
-    return [" ".join(f"{w}/{t}" for w, t in zip(e.tokens, p)) for e, p in zip(examples, preds)]
+    return [{"words": list(e.tokens), "tags": list(p)} for e, p in zip(examples, preds)]
+
+
+def _ner_text(result: dict[str, Any]) -> str:
+    return " ".join(f"{w}/{t}" for w, t in zip(result["words"], result["tags"]))
 
 
 def _cls_features(spec, examples, tokenizer, labels, settings, train):
@@ -176,25 +196,28 @@ def _qa_predict(spec, examples, features, outputs, labels, settings):
     return QAAnswers(answers, odds)
 
 
+def _qa_results(spec, examples, features, outputs, labels, settings) -> list[dict[str, Any]]:
+    return [{"answer": a} for a in _qa_predict(spec, examples, features, outputs, labels, settings)]
+
+
 FAMILIES = {
     "classification": Family("classification", "AlbertForSequenceClassification", _cls_features, _cls_predict,
-                             glue.write_predictions, _cls_line, _cls_render, label_names=_cls_labels,
+                             glue.write_predictions, _cls_line, _cls_results, _cls_text, label_names=_cls_labels,
                              sets_problem_type=True),
     "qa": Family("qa", "AlbertForQuestionAnswering",
                  lambda spec, ex, tok, labels, settings, train: squad.squad_features(ex, tok, settings, train),
-                 _qa_predict, squad.write_predictions, _qa_line,
-                 lambda spec, ex, f, out, labels, settings: list(_qa_predict(spec, ex, f, out, labels, settings)),
+                 _qa_predict, squad.write_predictions, _qa_line, _qa_results, lambda result: result["answer"],
                  outputs=("start_logits", "end_logits"), per_position=True, suffix=".json"),
     "multiple_choice": Family(
         "multiple_choice", "AlbertForMultipleChoice",
         lambda spec, ex, tok, labels, settings, train: multiple_choice.choice_features(ex, tok, settings),
         lambda spec, ex, f, out, labels, settings: multiple_choice.choice_predictions(out["logits"]),
-        multiple_choice.write_predictions, _choice_line, _choice_render, suffix=".json"),
+        multiple_choice.write_predictions, _choice_line, _choice_results, _choice_text, suffix=".json"),
     "ner": Family("ner", "AlbertForTokenClassification",
                   lambda spec, ex, tok, labels, settings, train: ner.ner_features(ex, tok, labels, settings),
                   lambda spec, ex, f, out, labels, settings: ner.ner_predictions(ex, f, out["logits"], labels),
-                  ner.write_predictions, _ner_line, _ner_render, label_names=ner.tag_list, per_position=True,
-                  token_level=True, suffix=".txt"),
+                  ner.write_predictions, _ner_line, _ner_results, _ner_text, label_names=ner.tag_list,
+                  per_position=True, token_level=True, suffix=".txt"),
 }
 
 

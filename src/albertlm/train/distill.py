@@ -52,13 +52,15 @@ from albertlm.config import PRESETS, AlbertConfig, get_preset
 from albertlm.distributed import resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
+from albertlm.inference.evaluate import task_labels
+from albertlm.inference.load import load_head, load_model_dir, load_tokenizer
+from albertlm.inference.run import check_finite_outputs, run_features
 from albertlm.interop.hf import SAFETENSORS_INDEX_NAME
 from albertlm.tasks.common import Feature, FeatureSettings, numbered_lines
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_finite_outputs, check_head_options, head_config,
-                                     load_head, load_tokenizer, output_dir, prepare_task, run_features, start_outputs,
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_head_options, head_config, output_dir, prepare_task,
+                                     start_outputs,
                                      train_task)
-from albertlm.train.inference import head_name, load_finetuned, task_labels
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_path, check_field_types, sha256_file
 from albertlm.vocab import IGNORE_INDEX
@@ -301,12 +303,12 @@ def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Featur
 # ---------------------------------------------------------------------------- teacher and student
 def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device, data_dir: str | Path | None = None):
     """(teacher in eval mode, its config, its tokenizer, its class names) after checking it fits the
-    task (`inference.task_labels`, the check evaluate makes too)."""
+    task (`inference.evaluate.task_labels`, the check evaluate makes too)."""
     if not Path(teacher_dir).is_dir():
         raise AlbertlmError(f"--teacher {teacher_dir}: no such directory")
-    teacher, config, tokenizer = load_finetuned(teacher_dir, device)
-    labels = task_labels(f"--teacher {teacher_dir}", config, head_name(teacher), spec, data_dir)
-    return teacher, config, tokenizer, labels
+    loaded = load_model_dir(teacher_dir, device=device)
+    labels = task_labels(f"--teacher {teacher_dir}", loaded.config, loaded.arch, spec, data_dir)
+    return loaded.model, loaded.config, loaded.tokenizer, labels
 
 
 TOKENIZER_VOCABULARY = ("model_proto", "pieces")

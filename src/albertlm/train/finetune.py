@@ -19,7 +19,6 @@ import fnmatch
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,12 @@ from torch import nn
 
 from albertlm.config import CLASSIFIER_POOLINGS, AlbertConfig
 from albertlm.distributed import DistContext, resolve_device
-from albertlm.early_exit import EXIT_HEADS, head_class, with_exit_heads
 from albertlm.errors import AlbertlmError
+from albertlm.exit_heads import EXIT_HEADS, with_exit_heads
+from albertlm.inference.features import MIN_SEQ_LENGTH, feature_settings
+from albertlm.inference.load import load_head, load_tokenizer
+from albertlm.inference.post import score
+from albertlm.inference.run import to_device
 from albertlm.heads import reinit_pooler
 from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import build_optimizer, lr_at
@@ -43,10 +46,6 @@ from albertlm.train.metrics import MetricsLogger
 from albertlm.outputs import FINETUNE_FILES, MODEL_FILES, OutputDir
 from albertlm.utils import atomic_write_text, check_field_types
 from albertlm.vocab import IGNORE_INDEX
-
-
-MIN_SEQ_LENGTH = 8
-"""The shortest input length fine-tuning accepts: room for the special tokens and some text."""
 
 
 @dataclass(frozen=True)
@@ -170,14 +169,6 @@ class FinetuneRecipe:
 
 
 # ---------------------------------------------------------------------------- loading
-def load_tokenizer(model_dir: str | Path):
-    """The tokenizer of a model directory: SentencePiece (spiece.model) or WordPiece (vocab.txt),
-    with its tokenizer_config.json (tokenizer/auto.py)."""
-    from albertlm.tokenizer import load_model_vocabulary
-
-    return load_model_vocabulary(model_dir)  # its size must be config.json's vocab_size
-
-
 def head_config(spec: TaskSpec, base: AlbertConfig, labels: list[str] | None, recipe: FinetuneRecipe,
                 settings: FeatureSettings) -> AlbertConfig:
     """The pretrained config with the task's head fields and the recipe's dropouts.
@@ -212,93 +203,6 @@ def check_head_options(spec: TaskSpec, recipe: FinetuneRecipe) -> None:
     if given and spec.family.head not in SENTENCE_HEADS:
         raise AlbertlmError(f"{given[0]}: task {spec.name} uses an {spec.family.head}, which has no sentence "
                             f"vector; it applies to {' and '.join(SENTENCE_HEADS)}")
-
-
-def load_head(spec: TaskSpec, model_dir: str | Path, config: AlbertConfig) -> nn.Module:
-    """The task's head class from `model_dir` (its early-exit class when `config` announces exit heads);
-    a head the directory lacks starts random, silently."""
-    with warnings.catch_warnings():  # a pretrained directory has no task head: expected here
-        warnings.filterwarnings("ignore", message=".*randomly initialised.*")
-        return head_class(spec.family.head, config).from_pretrained(model_dir, config=config)
-
-
-# ---------------------------------------------------------------------------- running the head
-def to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in arrays.items()}
-
-
-@torch.no_grad()
-def run_features(model: nn.Module, spec: TaskSpec, features: list[Feature], batch_size: int,
-                 device: torch.device, per_feature: tuple[str, ...] = ()) -> dict[str, list[np.ndarray]]:
-    """The head's outputs for every feature, in feature order.
-
-    Args:
-        per_feature: further output fields with one value per feature, kept whole (e.g. the
-            `exit_layers` of early exit).
-    Returns:
-        {output name: one float32 array per feature} ([num_labels], [C], or [S_feature, ...] for
-        per-position outputs, trimmed to the feature's own length); `per_feature` fields as they come.
-    """
-    was_training = model.training
-    model.eval()
-    order = sorted(range(len(features)), key=lambda i: len(features[i]))  # similar lengths share a batch
-    out: dict[str, list] = {name: [None] * len(features) for name in (*spec.family.outputs, *per_feature)}
-    for k in range(0, len(order), batch_size):
-        idx = order[k:k + batch_size]
-        batch = pad_batch([features[i] for i in idx])
-        batch = {n: v for n, v in batch.items() if n in ("input_ids", "attention_mask", "token_type_ids")}
-        result = model(**to_device(batch, device))
-        for name in spec.family.outputs:
-            values = getattr(result, name).float().cpu().numpy()
-            for row, i in zip(values, idx):
-                out[name][i] = row[:len(features[i])] if spec.family.per_position else row
-        for name in per_feature:
-            values = getattr(result, name).cpu().numpy()
-            for row, i in zip(values, idx):
-                out[name][i] = row
-    model.train(was_training)
-    return out
-
-
-def check_finite_outputs(outputs: dict[str, list[np.ndarray]], spec: TaskSpec, where: str) -> None:
-    """Refuse head outputs that hold NaN or infinity: no score, prediction or cached teacher logit is made
-    of them (finite weights can still overflow float32; argmax would read NaN as class 0).
-
-    Raises:
-        AlbertlmError: naming `where` (the model directory, `--teacher DIR`), the output and how many
-            inputs it failed on.
-    """
-    for name in spec.family.outputs:
-        bad = sum(1 for row in outputs[name] if not np.isfinite(row).all())
-        if bad:
-            raise AlbertlmError(f"{where}: its {name} are NaN or infinite for {bad} of {len(outputs[name])} inputs "
-                                "(finite weights whose values overflow float32?); refusing to use them")
-
-
-def score(model: nn.Module, spec: TaskSpec, examples: list, features: list[Feature], labels: list[str] | None,
-          settings: FeatureSettings, batch_size: int, device: torch.device) -> tuple[dict[str, float], list]:
-    """(metrics, predictions) of the model on some examples; metrics are empty for unlabelled examples."""
-    outputs = run_features(model, spec, features, batch_size, device)
-    return score_outputs(spec, examples, features, outputs, labels, settings)
-
-
-def score_outputs(spec: TaskSpec, examples: list, features: list[Feature], outputs: dict[str, list[np.ndarray]],
-                  labels: list[str] | None, settings: FeatureSettings) -> tuple[dict[str, float], list]:
-    """(metrics, predictions) from the head's outputs (`run_features`)."""
-    predictions = spec.family.predict(spec, examples, features, outputs, labels, settings)
-    labelled = all(getattr(e, "label", getattr(e, "tags", True)) is not None for e in examples)
-    return (spec.metric(examples, predictions) if labelled else {}), predictions
-
-
-MAX_ANSWER_LENGTH = {False: 30, True: 64}
-"""Default longest QA answer in pieces, by whether the vocabulary is Chinese (character pieces)."""
-
-
-def feature_settings(recipe: FinetuneRecipe, config: AlbertConfig, chinese: bool = False) -> FeatureSettings:
-    answer = recipe.max_answer_length if recipe.max_answer_length is not None else MAX_ANSWER_LENGTH[chinese]
-    return FeatureSettings(max_seq_length=min(recipe.max_seq_length, config.max_position_embeddings),
-                           doc_stride=recipe.doc_stride, max_query_length=recipe.max_query_length,
-                           max_answer_length=answer)
 
 
 # ---------------------------------------------------------------------------- the run

@@ -44,11 +44,12 @@ from albertlm.errors import AlbertlmError
 from albertlm.model import AlbertModel, Embeddings, Encoder, MLMHead, PreTrainedAlbert, activation, attention_bias
 from albertlm.train.mlm_eval import TokenBaselines, evaluate, mask_accuracy_sums
 from albertlm.vocab import IGNORE_INDEX
+from albertlm.config import PRETRAINING_KEY
 
 TRAINING_STATE_FILE = "rtd_training.safetensors"
 """The generator, RTD head and sentence-order head of an rtd run, beside a checkpoint's model.safetensors."""
 
-CONFIG_KEY = "albertlm_pretraining"
+CONFIG_KEY = PRETRAINING_KEY
 """config.json entry of an rtd run's directories: {"token_objective": "rtd", "generator_hidden_size": ...}."""
 
 _SAMPLING_TAG = 0x727464  # "rtd": keeps the sampling stream apart from any other seeded by the same numbers

@@ -39,6 +39,8 @@ import torch
 from albertlm.config import AlbertConfig, get_preset
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
+from albertlm.inference.load import load_tokenizer
+from albertlm.inference.post import score
 from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, headline, is_chinese, score_baselines,
@@ -46,9 +48,8 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import load_vocabulary, train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, check_head_options, load_tokenizer, new_head,
-                                     prepare_task, score, start_outputs, step_settings, task_objective, task_optimizer,
-                                     train_task)
+from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, check_head_options, new_head, prepare_task,
+                                     start_outputs, step_settings, task_objective, task_optimizer, train_task)
 from albertlm.train.loop import train_step
 from albertlm.train.word_vectors import TooLittleText, fit_word_vectors, write_rows
 from albertlm.utils import atomic_write_text
