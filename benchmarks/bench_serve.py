@@ -414,7 +414,7 @@ def measure(args: argparse.Namespace, model_dir: Path, tmp: Path, log) -> dict:
     import httpx
 
     from albertlm.exit_heads import has_exit_heads
-    from albertlm.train.inference import read_architecture
+    from albertlm.inference.load import read_architecture
 
     arch, config = read_architecture(model_dir)
     if arch != "AlbertForSequenceClassification":

@@ -16,7 +16,8 @@ from albertlm.errors import AlbertlmError, ConfigError
 from albertlm.heads import AlbertForMultipleChoice, AlbertForSequenceClassification, mean_pool
 from albertlm.interop.hf import transformers_can_load
 from albertlm.tasks.registry import get_task
-from albertlm.train.finetune import FinetuneRecipe, finetune, load_tokenizer, new_head, prepare_task
+from albertlm.inference.load import load_tokenizer
+from albertlm.train.finetune import FinetuneRecipe, finetune, new_head, prepare_task
 
 from test_finetune import model_dir, write_sst  # noqa: F401  (model_dir is a fixture)
 

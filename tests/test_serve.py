@@ -36,7 +36,8 @@ from albertlm.serve.predictor import SPECIAL_TOKENS, ServedModel
 from albertlm.serve.settings import ServeSettings
 from albertlm.tasks.registry import FAMILIES
 from albertlm.tokenizer import Tokenizer, train_tokenizer
-from albertlm.train.finetune import FinetuneRecipe, finetune, load_tokenizer
+from albertlm.inference.load import load_tokenizer
+from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.inference.predict import predict_lines
 from test_distill import FILL, NEG, POS, RECIPE, write_sst, write_stsb
 from test_finetune import CITIES, PEOPLE, VERBS, write_conll
