@@ -87,3 +87,13 @@ def test_the_other_files_come_first(dirs, tmp_path):
     with pytest.raises(AlbertlmError, match="no spiece.model .SentencePiece. or vocab.txt .WordPiece. for the "
                                             "tokenizer, nor a tokenizer.json"):
         load_vocabulary(tmp_path / "none")
+
+
+def test_a_pretraining_recipe_copies_the_file(dirs, tmp_path):
+    from albertlm.train.stages import copy_tokenizer
+
+    source = dirs["wp"][0].parent / "wp-json"
+    copy_tokenizer(source, tmp_path / "tokenizer")
+    copied = load_vocabulary(tmp_path / "tokenizer")
+    assert isinstance(copied, TokenizerJsonVocabulary)
+    assert copied.encode("the cats played").tolist() == load_vocabulary(source).encode("the cats played").tolist()

@@ -28,7 +28,7 @@ KINDS = {"sentencepiece": (MODEL_FILE, Tokenizer), "wordpiece": (VOCAB_FILE, Wor
 FALLBACK_KIND = "tokenizer-json"
 """The kind of a directory with neither file of KINDS but a tokenizer.json."""
 _ALL_KINDS = {**KINDS, FALLBACK_KIND: (JSON_FILE, TokenizerJsonVocabulary)}
-TOKENIZER_FILES = (MODEL_FILE, VOCAB_FILE, CONFIG_FILE)
+TOKENIZER_FILES = (MODEL_FILE, VOCAB_FILE, JSON_FILE, CONFIG_FILE)
 """The files that make up a tokenizer in a model directory (what is copied along with the weights)."""
 
 
