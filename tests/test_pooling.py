@@ -13,8 +13,9 @@ import torch
 from albertlm.cli import main
 from albertlm.config import AlbertConfig, get_preset
 from albertlm.errors import AlbertlmError, ConfigError
-from albertlm.heads import AlbertForMultipleChoice, AlbertForSequenceClassification, mean_pool
+from albertlm.heads import AlbertForMultipleChoice, AlbertForSequenceClassification
 from albertlm.interop.hf import transformers_can_load
+from albertlm.pooling import mean_pool
 from albertlm.tasks.registry import get_task
 from albertlm.inference.load import load_tokenizer
 from albertlm.train.finetune import FinetuneRecipe, finetune, new_head, prepare_task

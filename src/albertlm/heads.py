@@ -13,7 +13,7 @@ question-answering head has none, as in the official code and transformers.
 
 The two sentence-level heads classify `sentence_vector`: ALBERT's pooler on [CLS] by default, or,
 with `config.classifier_pooling == "mean"`, the mean of the last layer over the non-padding tokens
-(`mean_pool`; such a head has no pooler, and transformers refuses it rather than pooling [CLS]).
+(`albertlm.pooling.mean_pool`; such a head has no pooler, and transformers refuses it rather than pooling [CLS]).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch import nn
 
 from albertlm.config import PROBLEM_TYPES, AlbertConfig
 from albertlm.model import AlbertModel, AlbertModelOutput, PreTrainedAlbert
+from albertlm.pooling import mean_pool
 from albertlm.vocab import IGNORE_INDEX
 
 
@@ -114,21 +115,6 @@ def token_loss(config: AlbertConfig, logits: torch.Tensor, labels: torch.Tensor)
 
 
 # ---------------------------------------------------------------------------- sentence vectors
-def mean_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """The mean of each sequence's non-padding positions.
-
-    Args:
-        h: [B, S, H] hidden states.
-        attention_mask: [B, S], 1 for tokens and 0 for padding; None means no padding.
-    Returns:
-        [B, H]; a row without any token gives zeros.
-    """
-    if attention_mask is None:
-        return h.mean(1)
-    keep = attention_mask.to(h.dtype).unsqueeze(-1)  # [B, S, 1]
-    return (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # [B, H]
-
-
 def has_pooler(config: AlbertConfig) -> bool:
     """Whether a sentence-level head of this config uses (and has) ALBERT's pooler."""
     return config.classifier_pooling == "cls"

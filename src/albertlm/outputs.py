@@ -32,7 +32,7 @@ OUT_MARKER = ".albertlm-out"
 _OURS = {OUT_MARKER, LOCK, OWNER}
 
 MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors",
-               "spiece.model", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+               "spiece.model", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                "exit_heads.safetensors")
 """The names a model directory holds (albertlm's save_pretrained and the tokenizers' save)."""
 

@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import checkpoints, distill, export, pretraining, serve, tasks
+from albertlm.cli import checkpoints, distill, embed, export, pretraining, serve, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -39,6 +39,8 @@ COMMANDS: dict[str, Command] = {
     "predict": ("predictions of a fine-tuned model for lines of input (files or stdin)", tasks.predict_args, tasks.predict_run),
     "fill-mask": ('fill [MASK] with a pretrained model: albertlm fill-mask --model DIR "text with [MASK]"',
                   tasks.fill_mask_args, tasks.fill_mask_run),
+    "embed": ("sentence vectors, one per input line, from any ALBERT directory (sentence-transformers ones too): "
+              "albertlm embed DIR --input texts.txt --output vectors.npy", embed.embed_args, embed.embed_run),
     "serve": ("serve a fine-tuned model over HTTP with dynamic batching (POST /predict, /health, /info, /metrics): "
               "albertlm serve DIR --port 8080", serve.serve_args, serve.serve_run),
     "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "

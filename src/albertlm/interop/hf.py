@@ -406,6 +406,31 @@ def read_hf_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
     raise AlbertlmError(f"{path}: no {SAFETENSORS_NAME}, {SAFETENSORS_INDEX_NAME} or {PYTORCH_NAME}")
 
 
+def weight_names(path: str | Path) -> tuple[set[str], str]:
+    """The tensor names of a directory's weights without loading them (a model.safetensors' header, a
+    sharded index's weight_map; a legacy pytorch_model.bin is read whole), and the file messages cite.
+
+    Raises:
+        AlbertlmError: as `read_hf_weights`, for a directory without weights or an unreadable file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    single = path / SAFETENSORS_NAME
+    if single.is_file():
+        try:
+            with safe_open(str(single), framework="pt") as fh:
+                return set(fh.keys()), str(single)
+        except (SafetensorError, OSError):
+            pass  # read_hf_weights reports it in one line
+    index = path / SAFETENSORS_INDEX_NAME
+    if not single.is_file() and index.is_file():
+        _shard_names(index)  # the same checks as loading
+        return set(read_json_file(index)["weight_map"]), str(index)
+    weights, source = read_hf_weights(path)
+    return set(weights), source
+
+
 def _shard_names(index: Path) -> list[str]:
     """The shard files a safetensors index names, sorted; each must be a file name beside the index."""
     data = read_json_file(index)  # one line naming it: unreadable, not UTF-8, not JSON
