@@ -7,16 +7,24 @@ Measures, on the built-in King James corpus (optionally repeated k times):
   * peak resident memory of a whole build at 1x and 4x the corpus (each build in a fresh process,
     read from getrusage's ru_maxrss of that child).
 
+With `--scale MB` it measures instead the build at scale, in each corpus format: a deterministic
+corpus of about MB megabytes of text (runs of 8-40 consecutive KJV verses, one document each, drawn
+with a fixed seed) is written as lines, JSON lines, Parquet and Arrow, and each is built in a fresh
+process: tokens/s, peak RSS, input and output bytes on disk, and seconds to the first shard.
+
 Usage:
     python benchmarks/bench_data.py [--workers 2] [--vocab 8000] [--seq 128] [--out benchmarks/results/data.json]
+    python benchmarks/bench_data.py --scale 2000 --workers 16 --out benchmarks/results/data-scale.json
 Prints JSON; `--markdown` also prints a table row block for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,16 +32,20 @@ import time
 from pathlib import Path
 
 
-def _build_child(corpus: str, tok: str, out: str, seq: int, workers: int) -> dict:
+def _build_child(corpus: str, tok: str, out: str, seq: int, workers: int, shard_examples: int = 65536) -> dict:
     """Run one build in a fresh interpreter; return its meta plus its peak RSS.
 
     The child reports its own ru_maxrss (the pipeline's main process) and that of its reaped
-    children (the largest worker), so every build is measured on its own.
+    children (the largest worker), so every build is measured on its own, and the seconds from
+    the call to the first training shard on disk (its mtime: shards are written atomically).
     """
-    code = ("import json,resource; from albertlm.data.build import BuildSettings, build_dataset; "
-            f"m=build_dataset({corpus!r}, {tok!r}, {out!r}, BuildSettings(max_seq_length={seq}, workers={workers}), "
+    code = ("import json,resource,time,pathlib; from albertlm.data.build import BuildSettings, build_dataset; "
+            f"t0=time.time(); m=build_dataset({corpus!r}, {tok!r}, {out!r}, BuildSettings(max_seq_length={seq}, "
+            f"workers={workers}, shard_examples={shard_examples}), "
             "progress=False); r={k: m[k] for k in ('text_tokens','seconds','tokens_per_s',"
             "'tokens_per_s_per_worker','documents')}; "
+            f"o=pathlib.Path({out!r}); r['first_shard_s']=(o/'train-00000.shard').stat().st_mtime-t0; "
+            "r['output_bytes']=sum(p.stat().st_size for p in o.iterdir()); "
             "r['peak_rss_mb_main']=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024; "
             "r['peak_rss_mb_worker']=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024; "
             "print(json.dumps(r))")
@@ -59,20 +71,120 @@ def raw_sentencepiece(tok_dir: Path, sentences: list[str]) -> dict:
     return {"tokens": tokens, "seconds": best, "tokens_per_s": tokens / best}
 
 
+SCALE_FORMATS = ("lines", "jsonl", "parquet", "arrow")
+
+
+def write_scale_corpus(work: Path, megabytes: float, formats=SCALE_FORMATS, seed: int = 0,
+                       chunk: int = 2000) -> tuple[dict[str, str], int]:
+    """The same deterministic documents in every format, streamed to disk chunk by chunk.
+
+    Args:
+        work: folder for the files.
+        megabytes: stop once the lines file holds this many megabytes (10^6 bytes) of text.
+        formats: which of SCALE_FORMATS to write.
+        seed: seed of the document draws.
+        chunk: documents per write (a Parquet row group, an Arrow record batch).
+    Returns:
+        ({format: corpus spec}, number of documents).
+    """
+    import numpy as np
+
+    from albertlm.data.corpus import Corpus
+
+    from albertlm.data.sentences import split_sentences
+
+    # Verses split as the row formats split text, so every format yields the same documents (and shards).
+    verses = [split_sentences(v) for v in Corpus("kjv").sentences()]
+    rng = np.random.default_rng(seed)
+    paths = {"lines": work / "scale.txt", "jsonl": work / "scale.jsonl", "parquet": work / "scale.parquet",
+             "arrow": work / "scale.arrow"}
+    text_files = {f: open(paths[f], "w", encoding="utf-8") for f in ("lines", "jsonl") if f in formats}
+    pa = writers = None
+    if {"parquet", "arrow"} & set(formats):
+        import pyarrow as pa
+        import pyarrow.parquet  # noqa: F401 - loads pa.parquet
+
+        schema = pa.schema([("text", pa.string())])
+        writers = {}
+        if "parquet" in formats:
+            writers["parquet"] = pa.parquet.ParquetWriter(str(paths["parquet"]), schema)
+        if "arrow" in formats:
+            writers["arrow"] = pa.ipc.new_stream(str(paths["arrow"]), schema)  # save_to_disk's layout
+    written, documents = 0, 0
+    while written < megabytes * 1e6:
+        batch = []
+        while len(batch) < chunk and written < megabytes * 1e6:
+            n = int(rng.integers(8, 41))
+            start = int(rng.integers(0, len(verses) - n))
+            batch.append([sentence for verse in verses[start:start + n] for sentence in verse])
+            written += len("\n".join(batch[-1]).encode("utf-8")) + 2
+        block = "".join("\n".join(doc) + "\n\n" for doc in batch)
+        documents += len(batch)
+        if "lines" in text_files:
+            text_files["lines"].write(block)
+        if "jsonl" in text_files:
+            text_files["jsonl"].write("".join(json.dumps({"text": "\n".join(doc)}) + "\n" for doc in batch))
+        if writers:
+            table = pa.table({"text": ["\n".join(doc) for doc in batch]}, schema=schema)
+            for writer in writers.values():
+                writer.write_table(table)  # one Parquet row group / one Arrow record batch per chunk
+    for fh in text_files.values():
+        fh.close()
+    for writer in (writers or {}).values():
+        writer.close()
+    specs = {"lines": f"lines:{paths['lines']}", "jsonl": str(paths["jsonl"]), "parquet": f"parquet:{paths['parquet']}",
+             "arrow": f"arrow:{paths['arrow']}"}
+    return {f: specs[f] for f in formats}, documents
+
+
+def scale(args: argparse.Namespace, work: Path, tok: Path) -> dict:
+    """The build of a `--scale` megabyte corpus in each format (module docstring)."""
+    t = time.perf_counter()
+    specs, documents = write_scale_corpus(work, args.scale, args.formats)
+    result = {"scale_mb": args.scale, "documents": documents, "write_seconds": time.perf_counter() - t,
+              "workers": args.workers, "seq": args.seq, "shard_examples": args.shard_examples, "formats": {}}
+    for fmt, spec in specs.items():
+        path = Path(spec.split(":", 1)[1] if fmt != "jsonl" else spec)
+        run = _build_child(spec, str(tok), str(work / f"out-{fmt}"), args.seq, args.workers, args.shard_examples)
+        run["peak_rss_mb"] = max(run["peak_rss_mb_main"], run["peak_rss_mb_worker"])
+        run["input_bytes"] = path.stat().st_size
+        digest = hashlib.sha256()
+        for shard in sorted((work / f"out-{fmt}").glob("*.shard")):
+            digest.update(shard.read_bytes())
+        run["shards_sha256"] = digest.hexdigest()
+        result["formats"][fmt] = run
+        shutil.rmtree(work / f"out-{fmt}")  # keep the disk for the next format
+    result["identical_shards"] = len({r["shards_sha256"] for r in result["formats"].values()}) == 1
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--scale", type=float, default=None, metavar="MB",
+                    help="measure a build of about MB megabytes of text in each format instead")
+    ap.add_argument("--formats", nargs="+", default=list(SCALE_FORMATS), choices=SCALE_FORMATS,
+                    help="formats of --scale (default: all)")
+    ap.add_argument("--shard-examples", type=int, default=65536, help="examples per shard (--scale)")
+    ap.add_argument("--work", default=None, help="folder for the corpus and builds (default: a new temporary one)")
     args = ap.parse_args()
 
     from albertlm.data.corpus import Corpus
     from albertlm.tokenizer import train_tokenizer
 
-    work = Path(tempfile.mkdtemp(prefix="bench-data-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
     tok = work / "tok"
     train_tokenizer(Corpus("kjv").sentences, tok, vocab_size=args.vocab)
+    if args.scale is not None:
+        result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.processor() or ''} "
+                  f"{__import__('os').cpu_count()} CPUs", "python": platform.python_version(), "vocab": args.vocab,
+                  **scale(args, work, tok)}
+        _emit(result, args.out)
+        return
     sentences = list(Corpus("kjv").sentences())
     (work / "kjv.txt").write_text("\n\n".join("\n".join(d.sentences) for d in Corpus("kjv").documents()) + "\n")
     (work / "kjv4.txt").write_text((work / "kjv.txt").read_text() * 4)
@@ -93,11 +205,15 @@ def main() -> None:
                                     / result["builds"]["4x, 1 worker"]["tokens_per_s"])
     result["memory_ratio_4x_over_1x"] = (result["builds"][f"4x, {args.workers} workers"]["peak_rss_mb"]
                                          / result["builds"][f"1x, {args.workers} workers"]["peak_rss_mb"])
+    _emit(result, args.out)
+
+
+def _emit(result: dict, out: str | None) -> None:
     text = json.dumps(result, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

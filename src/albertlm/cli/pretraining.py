@@ -96,8 +96,11 @@ def data_args(p: argparse.ArgumentParser) -> None:
     b = actions.add_parser("build", help="corpus -> SOP/NSP instances -> memory-mapped shards",
                            description="Build train and held-out shards from a corpus, streaming and in "
                            "parallel (format: albertlm.data.shards).")
-    b.add_argument("--corpus", required=True, metavar="SPEC", help="corpus spec: kjv, files, directories, globs, "
-                   "FORMAT:PATH (lines, docs, jsonl)")
+    b.add_argument("--corpus", required=True, action="append", metavar="SPEC",
+                   help="corpus spec: kjv, files, directories, globs, FORMAT:PATH (lines, docs, jsonl), "
+                   "parquet:FILES[:COLUMN], arrow:PATH[:COLUMN], hf:DIR[:SPLIT[:COLUMN]] (a local Hugging Face "
+                   "dataset); repeat it to read several one after the other, or as SPEC@WEIGHT to mix them "
+                   "(a weight is a share of documents; the mixture stops when a source runs out)")
     b.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with spiece.model (SentencePiece) or "
                    "vocab.txt (BERT WordPiece, as Chinese ALBERT models use)")
     b.add_argument("--out", required=True, metavar="DIR", help="output directory")
@@ -119,7 +122,8 @@ def data_run(args: argparse.Namespace) -> int:
     if args.data_action == "build":
         from albertlm.data.build import BuildSettings, build_dataset, format_build_summary
 
-        meta = build_dataset(args.corpus, args.tokenizer, args.out, dataclass_from_args(BuildSettings, args),
+        corpus = args.corpus[0] if len(args.corpus) == 1 else args.corpus
+        meta = build_dataset(corpus, args.tokenizer, args.out, dataclass_from_args(BuildSettings, args),
                              progress=not args.no_progress)
         print(format_build_summary(meta))
         return 0
@@ -147,7 +151,8 @@ def tokenizer_args(p: argparse.ArgumentParser) -> None:
                            "DIR/tokenizer_config.json (loadable by transformers' AlbertTokenizer).")
     t.add_argument("--input", "--corpus", "--corpus-spec", dest="input", nargs="+", required=True, metavar="SPEC",
                    help="corpus specs: kjv (built-in King James Bible), files, directories or globs; "
-                   "FORMAT:PATH forces a format (lines, docs, jsonl, jsonl=KEY); .gz/.zst are read directly")
+                   "FORMAT:PATH forces a format (lines, docs, jsonl, jsonl=KEY); parquet:, arrow:, hf:DIR[:SPLIT]; "
+                   ".gz/.zst are read directly; SPEC@WEIGHT mixes them")
     t.add_argument("--vocab-size", type=int, required=True, metavar="N",
                    help="pieces, special tokens included (the paper: 30000); shrunk with a notice to "
                    "the largest size the corpus supports unless --strict")
@@ -159,7 +164,7 @@ def tokenizer_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--strict", action="store_true", help="fail instead of shrinking an oversize --vocab-size")
     t.add_argument("--input-sentence-size", type=int, default=2_000_000, metavar="N",
                    help="sentences SentencePiece samples from the corpus; bounds its memory (default: 2000000)")
-    t.add_argument("--text-key", default="text", help="JSONL field with the document text (default: text)")
+    t.add_argument("--text-key", default="text", help="JSONL field or Parquet / Arrow column with the document text (default: text)")
     t.add_argument("--max-line-chars", type=int, default=1_000_000, metavar="N",
                    help="skip (and report) longer lines (default: 1000000)")
     t.add_argument("--threads", type=int, default=None, help="training threads (default: CPUs, at most 16)")

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ import numpy as np
 from albertlm.data.corpus import Corpus, format_corpus_stats, is_heldout
 from albertlm.data.instances import OBJECTIVES, create_block_instances
 from albertlm.data.masking import mask_instance
+from albertlm.data.mixture import format_sources
 from albertlm.data.shards import write_shard
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import load_vocabulary, vocabulary_fingerprint
@@ -71,6 +72,8 @@ class BuildSettings:
     """Documents per work unit (NSP draws its random documents from the same block)."""
     shard_examples: int = 65536
     """Examples per shard file at most."""
+    dedup: bool = False
+    """Drop exact repeats of a document (text as the vocabulary normalises it); at most 120 bytes per unique document."""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -105,15 +108,18 @@ def _init_worker(tokenizer_dir: str, threads: int) -> None:
     _TOKENIZER = load_vocabulary(tokenizer_dir, parse_special_tokens=False, num_threads=threads)
 
 
-def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict[str, Any]:
-    """Tokenize, pair and (statically) mask one block of documents; returns packed arrays."""
-    split_id, block_id, documents, s = job
+def _process_block(job: tuple[int, int, list[list[str]], list[int], BuildSettings]) -> dict[str, Any]:
+    """Tokenize, pair and (statically) mask one block of documents; returns packed arrays and the
+    text tokens of each corpus spec the documents came from."""
+    split_id, block_id, documents, corpora, s = job
     tok = _TOKENIZER
     sentences = [sent for doc in documents for sent in doc]
     ids, starts, offsets = tok.encode_batch_packed(sentences, word_starts=True)
     docs, k = [], 0
-    for doc in documents:
+    source_tokens: dict[int, int] = {}  # corpus spec index -> text tokens of its documents here
+    for doc, corpus in zip(documents, corpora):
         sents = []
+        source_tokens[corpus] = source_tokens.get(corpus, 0) + int(offsets[k + len(doc)] - offsets[k])
         for _ in doc:
             a, b = offsets[k], offsets[k + 1]
             if b > a:
@@ -147,7 +153,7 @@ def _process_block(job: tuple[int, int, list[list[str]], BuildSettings]) -> dict
             rows["label"].append(inst.sentence_order_label)
             rows["short"].append(inst.is_short)
     return {"split": split_id, "rows": rows, "text_tokens": int(len(ids)), "sentences": len(sentences),
-            "documents": len(documents)}
+            "documents": len(documents), "source_tokens": source_tokens}
 
 
 # ---------------------------------------------------------------------------- the writer side
@@ -210,14 +216,15 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def _blocks(corpus: Corpus, s: BuildSettings) -> Iterator[tuple[int, int, list[list[str]]]]:
-    """(split id, block id, documents) in corpus order; a final block too small for NSP is merged."""
-    held: list[list[list[str]] | None] = [None, None]
-    current: list[list[list[str]]] = [[], []]
+def _blocks(corpus: Corpus, s: BuildSettings) -> Iterator[tuple[int, int, list[tuple[list[str], int]]]]:
+    """(split id, block id, documents as (sentences, corpus spec index)) in corpus order; a final block
+    too small for NSP is merged."""
+    held: list[list[tuple[list[str], int]] | None] = [None, None]
+    current: list[list[tuple[list[str], int]]] = [[], []]
     count = [0, 0]
     for index, doc in enumerate(corpus.documents()):
         split = 1 if s.heldout_fraction and is_heldout(index, s.heldout_fraction, s.seed) else 0
-        current[split].append(doc.sentences)
+        current[split].append((doc.sentences, doc.corpus))
         if len(current[split]) == s.block_documents:
             if held[split] is not None:
                 yield split, count[split], held[split]
@@ -237,7 +244,8 @@ def _blocks(corpus: Corpus, s: BuildSettings) -> Iterator[tuple[int, int, list[l
 def _write_blocks(corpus: Corpus, tokenizer_dir: str | os.PathLike, settings: BuildSettings,
                   writers: list[_ShardWriter], progress: bool) -> dict[str, int]:
     """Turn every block of documents into rows (in worker processes unless workers == 1) and hand
-    them to their split's writer, in block order; returns the text token, sentence and document counts."""
+    them to their split's writer, in block order; returns the text token, sentence and document counts
+    and the text tokens of each corpus spec."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -245,7 +253,9 @@ def _write_blocks(corpus: Corpus, tokenizer_dir: str | os.PathLike, settings: Bu
         bar = tqdm(desc="data build", unit="doc", dynamic_ncols=True)
     start = time.perf_counter()
     counts = {"text_tokens": 0, "sentences": 0, "documents": 0}
-    jobs = ((sp, b, docs, settings) for sp, b, docs in _blocks(corpus, settings))
+    source_tokens = [0] * len(corpus.specs)
+    jobs = ((sp, b, [d for d, _ in block], [c for _, c in block], settings)
+            for sp, b, block in _blocks(corpus, settings))
     if settings.workers == 1:
         _init_worker(str(tokenizer_dir), 1)
         results: Iterator[dict] = map(_process_block, jobs)
@@ -255,37 +265,41 @@ def _write_blocks(corpus: Corpus, tokenizer_dir: str | os.PathLike, settings: Bu
         writers[r["split"]].add(r["rows"])
         for key in counts:
             counts[key] += r[key]
+        for source, tokens in r["source_tokens"].items():
+            source_tokens[source] += tokens
         if bar is not None:
             bar.update(r["documents"])
             bar.set_postfix(examples=sum(w.totals["examples"] + w.count for w in writers),
                             tok_s=f"{counts['text_tokens'] / max(time.perf_counter() - start, 1e-9):,.0f}")
     if bar is not None:
         bar.close()
-    return counts
+    return {**counts, "source_tokens": source_tokens}
 
 
-def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike,
+def build_dataset(corpus_spec: str | Sequence[str], tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike,
                   settings: BuildSettings = BuildSettings(), progress: bool = True) -> dict[str, Any]:
     """Build train and held-out shards from a corpus.
 
     Args:
-        corpus_spec: a corpus SPEC (data/corpus.py), e.g. `kjv` or `books/*.txt`.
+        corpus_spec: a corpus SPEC (data/corpus.py), e.g. `kjv` or `books/*.txt`, or several: read one
+            after the other, or mixed when each carries a weight (`kjv@3`, data/mixture.py).
         tokenizer_dir: directory with spiece.model (albertlm tokenizer train) or a WordPiece vocab.txt.
         out_dir: where shards and meta.json go (must not hold a completed build).
         settings: BuildSettings.
         progress: show a progress bar.
     Returns:
-        The meta.json content: settings, counts per split, throughput, corpus statistics.
+        The meta.json content: settings, counts per split, throughput, corpus statistics, and per
+        corpus spec its documents, text tokens and dropped repeats (`sources`).
     """
     out_dir = Path(out_dir)
     if (out_dir / "meta.json").exists():
         raise AlbertlmError(f"{out_dir}: already holds a completed build (delete it to rebuild)")
+    tok = load_vocabulary(tokenizer_dir)
+    corpus = Corpus(corpus_spec, dedup=tok.normalise_text if settings.dedup else None)  # a bad spec fails here
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*out_dir.glob("train-*.shard"), *out_dir.glob("heldout-*.shard")]:
         stale.unlink()  # leftovers of an interrupted build
-    tok = load_vocabulary(tokenizer_dir)
     fingerprint = vocabulary_fingerprint(tokenizer_dir)  # kind, file, sha256: which vocabulary built the data
-    corpus = Corpus(corpus_spec)
     shard_meta = {"vocab_size": tok.vocab_size, "max_seq_length": settings.max_seq_length,
                   "masking": settings.masking, "max_predictions": settings.max_predictions,
                   "objective": settings.objective, "seed": settings.seed}
@@ -294,12 +308,15 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
     counts = _write_blocks(corpus, tokenizer_dir, settings, writers, progress)
     text_tokens, sentences, documents = counts["text_tokens"], counts["sentences"], counts["documents"]
     if documents == 0:
-        raise AlbertlmError(f"{corpus_spec}: the corpus has no documents ({format_corpus_stats(corpus.stats)})")
+        names = corpus_spec if isinstance(corpus_spec, str) else " ".join(corpus_spec)
+        raise AlbertlmError(f"{names}: the corpus has no documents ({format_corpus_stats(corpus.stats)})")
     for w in writers:
         w.close()
     seconds = time.perf_counter() - start
+    sources = [dict(src.to_json(), text_tokens=tokens) for src, tokens in zip(corpus.sources, counts["source_tokens"])]
     meta = {"format": "albertlm-pretraining-data", "version": META_VERSION,
-            "settings": dataclasses.asdict(settings), "corpus": corpus_spec,
+            "settings": dataclasses.asdict(settings),
+            "corpus": corpus_spec if isinstance(corpus_spec, str) else list(corpus_spec),
             "tokenizer": {"vocab_size": tok.vocab_size, **fingerprint, "chinese": tok.chinese,
                           "special_ids": tok.special_ids.to_json()},
             "documents": documents, "sentences": sentences, "text_tokens": text_tokens,
@@ -307,6 +324,8 @@ def build_dataset(corpus_spec: str, tokenizer_dir: str | os.PathLike, out_dir: s
             "tokens_per_s_per_worker": text_tokens / max(seconds, 1e-9) / settings.workers,
             "splits": {name: dict(w.totals, shards=w.shards) for name, w in zip(SPLITS, writers)},
             "corpus_stats": format_corpus_stats(corpus.stats),
+            "sources": sources, "mixture": "weighted" if corpus.weighted else "in order",
+            "duplicates": sum(src["duplicates"] for src in sources),
             "checksums": {p.name: sha256_file(p) for p in sorted(out_dir.glob("*.shard"))}}
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
@@ -327,8 +346,10 @@ def _parallel(jobs: Iterator, tokenizer_dir: str, workers: int) -> Iterator[dict
 def format_build_summary(meta: dict[str, Any]) -> str:
     """A short human summary of a build."""
     tr, ho = meta["splits"]["train"], meta["splits"]["heldout"]
-    return (f"{meta['documents']:,} documents, {meta['sentences']:,} sentences, {meta['text_tokens']:,} tokens "
+    text = (f"{meta['documents']:,} documents, {meta['sentences']:,} sentences, {meta['text_tokens']:,} tokens "
             f"in {meta['seconds']:.1f} s ({meta['tokens_per_s']:,.0f} tokens/s, "
             f"{meta['tokens_per_s_per_worker']:,.0f} per worker)\n"
             f"train: {tr['examples']:,} examples in {tr['shards']} shard(s); held-out: {ho['examples']:,} examples\n"
             f"corpus: {meta['corpus_stats']}")
+    lines = format_sources(meta)
+    return "\n".join([text, *lines])

@@ -23,11 +23,15 @@ _BOUNDARY = re.compile(
 )
 
 
+_NEXT_CHAR = re.compile(r"\s*(.)", re.S)  # the first character after any whitespace (str.isspace's set)
+
+
 def _ends_sentence(text: str, match: re.Match) -> bool:
     """Decide whether an English ".", "!" or "?" match really ends a sentence."""
     # A following lower-case letter means the sentence goes on ("approx. five", "Wait... what").
-    rest = text[match.end():].lstrip()
-    if rest[:1].isalpha() and rest[:1].islower():
+    # Looked up in place: slicing off the rest of the line at every boundary made long lines quadratic.
+    following = _NEXT_CHAR.match(text, match.end())
+    if following and following.group(1).isalpha() and following.group(1).islower():
         return False
     punct = match.group("en")
     if not punct.startswith(".") or punct.startswith(".."):

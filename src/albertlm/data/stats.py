@@ -1,7 +1,9 @@
 """`albertlm data stats`: what a built data directory holds, checked against the paper's recipe.
 
 Reports examples, tokens, padding fraction (at max_seq_length), mask rate of the maskable tokens,
-the masked n-gram length histogram, sentence-order label balance and the short-sequence fraction.
+the masked n-gram length histogram, sentence-order label balance and the short-sequence fraction,
+and for a build of several corpus specs (or with --dedup) the share of documents and of tokens each
+spec actually gave, beside the share its weight asked for, and the repeats dropped.
 Static masks are read from the shards; dynamic masks are drawn for a sample of examples exactly
 as the loader draws them in epoch 0.
 """
@@ -13,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from albertlm.data.mixture import format_sources, source_shares
 from albertlm.data.shards import Shard, list_shards
 from albertlm.errors import AlbertlmError
 from albertlm.vocab import IGNORE_INDEX
@@ -73,6 +76,7 @@ def data_stats(directory: str | Path, split: str = "train", sample: int = 4000) 
         "max_seq_length": settings["max_seq_length"], "max_predictions": settings["max_predictions"],
         "max_ngram": settings["max_ngram"], "short_seq_prob": settings.get("short_seq_prob", 0.1),
         "masked_lm_prob": settings["masked_lm_prob"],
+        "sources": source_shares(meta), "source_lines": format_sources(meta),
     }
 
 
@@ -92,5 +96,6 @@ def format_stats(s: dict[str, Any]) -> str:
         (f"{label}", f"{s['label_1_fraction']:.1%}"),
         ("short sequences", f"{s['short_fraction']:.1%} (short_seq_prob {s['short_seq_prob']:.0%})"),
     ]
+    rows += [("corpus (whole build)" if k == 0 else "", line) for k, line in enumerate(s.get("source_lines", []))]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

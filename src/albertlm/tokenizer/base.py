@@ -57,6 +57,9 @@ class Vocabulary(Protocol):
     def vocab_size(self) -> int:
         """Number of pieces, special tokens included."""
 
+    def normalise_text(self, text: str) -> str:
+        """The text as this vocabulary normalises it before splitting it into pieces, runs of whitespace as one space."""
+
     def encode(self, text: str) -> np.ndarray:
         """int32 ids of one text, without [CLS] / [SEP]."""
 

@@ -163,6 +163,10 @@ class Tokenizer(PieceVocabulary):
         return [self._sp.piece_to_id(t) for t in tokens]
 
     # ---- encoding
+    def normalise_text(self, text: str) -> str:
+        """The official ALBERT normalisation with this vocabulary's case and accent settings (`preprocess_text`)."""
+        return self._prepare(text)
+
     def _prepare(self, text: str) -> str:
         return preprocess_text(text, do_lower_case=self.do_lower_case, keep_accents=self.keep_accents)
 

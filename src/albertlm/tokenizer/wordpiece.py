@@ -191,6 +191,10 @@ class WordPieceTokenizer(PieceVocabulary):
         return [self._ids.get(t, self.special_ids.unk) for t in tokens]
 
     # ---- encoding
+    def normalise_text(self, text: str) -> str:
+        """BERT's normaliser with this vocabulary's settings (as `tokenizers` applies it), whitespace collapsed."""
+        return " ".join(self._tok.normalizer.normalize_str(text).split())
+
     def _encodings(self, texts: Sequence[str]):
         return self._tok.encode_batch(list(texts), add_special_tokens=False)
 
