@@ -132,24 +132,6 @@ def load_module(model_dir: str | Path, arch: str, config: AlbertConfig, *, exit_
     return model
 
 
-def _weight_names(model_dir: Path) -> tuple[set[str], str]:
-    """The tensor names in a directory's weights, and the file messages cite (of model.safetensors
-    only the header is read)."""
-    from safetensors import SafetensorError, safe_open
-
-    from albertlm.interop.hf import SAFETENSORS_NAME, read_hf_weights
-
-    single = model_dir / SAFETENSORS_NAME
-    if single.is_file():
-        try:
-            with safe_open(str(single), framework="pt") as fh:
-                return set(fh.keys()), str(single)
-        except (SafetensorError, OSError):
-            pass  # read_hf_weights reports it in one line
-    weights, source = read_hf_weights(model_dir)
-    return set(weights), source
-
-
 def check_head_weights(model_dir: str | Path, arch: str, model: torch.nn.Module) -> None:
     """A directory used for inference must hold trained weights for the head its config.json names.
 
@@ -160,9 +142,9 @@ def check_head_weights(model_dir: str | Path, arch: str, model: torch.nn.Module)
     Raises:
         AlbertlmError: naming the weight file and a missing key.
     """
-    from albertlm.interop.hf import ARCHITECTURES, key_table
+    from albertlm.interop.hf import ARCHITECTURES, key_table, weight_names
 
-    names, source = _weight_names(Path(model_dir))
+    names, source = weight_names(Path(model_dir))
     prefix = ARCHITECTURES[arch].hf_prefix
     pooler = f"{ARCHITECTURES[arch].ours_prefix}pooler.weight" in model.state_dict()
     missing = [n for _, hf in key_table(model.config, arch, pooler) for n in hf
