@@ -18,7 +18,7 @@ import torch
 from albertlm import AlbertConfig, AlbertlmError, AlbertModel
 from albertlm.cli import main
 from albertlm.inference.embed import EmbedSettings, load_embedder
-from albertlm.interop.sentence_transformers import read_sentence_transformers, write_sentence_transformers
+from albertlm.st_directory import read_sentence_transformers, write_sentence_transformers
 from albertlm.tokenizer import Tokenizer, WordPieceTokenizer, train_tokenizer
 from test_interop_hf import randomise
 from test_wordpiece import ENTRIES

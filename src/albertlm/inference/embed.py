@@ -2,7 +2,7 @@
 
 A directory is read as what it holds:
 
-  - a sentence-transformers directory (modules.json; interop/sentence_transformers.py): its ALBERT,
+  - a sentence-transformers directory (modules.json; st_directory.py): its ALBERT,
     its pooling, its Normalize module, its max_seq_length and do_lower_case;
   - any other ALBERT directory (pretrained AlbertForPreTraining or AlbertModel, fine-tuned head, ours
     or transformers'): its backbone; pooling mean and no normalisation unless asked.
@@ -155,7 +155,7 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
     from albertlm.config import AlbertConfig
     from albertlm.distributed import resolve_device
     from albertlm.interop.hf import CONFIG_NAME, weight_names
-    from albertlm.interop.sentence_transformers import is_sentence_transformers, read_sentence_transformers
+    from albertlm.st_directory import is_sentence_transformers, read_sentence_transformers
     from albertlm.model import AlbertModel
     from albertlm.tokenizer import load_model_vocabulary
 

@@ -1,4 +1,5 @@
-"""sentence-transformers directories with ALBERT inside, both ways: the layout as a table, a reader and a writer.
+"""sentence-transformers directories with ALBERT inside, both ways: the layout as a table, a reader and a writer
+(at the floor of convert.py: the writer builds a model, which interop/ never does).
 
 A directory `SentenceTransformer(dir)` loads is a list of modules run in order (modules.json):
 
