@@ -125,3 +125,20 @@ def test_auto_precision_is_bf16_only_where_it_is_native(monkeypatch):
     assert resolve_precision("auto", torch.device("cpu")) == "bf16"
     monkeypatch.setattr(builtins, "open", cpuinfo("fpu sse avx2 avx512f avx512bw"))
     assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+
+
+def test_time_up_evaluates_that_step_and_stops():
+    from albertlm.train.loop import Cadence, run_steps
+
+    model = AlbertForPreTraining(get_preset("test"))
+    evaluated, asked = [], []
+
+    def time_up(done):
+        asked.append(done)
+        return done == 3
+
+    steps = run_steps(model, build_optimizer("lamb", model, lr=1e-3), start=0, cadence=Cadence(10, 1, 100),
+                      batches=lambda i: [_batch(2, seed=i)], lr=lambda i: 1e-3, loss_fn=_loss, count_fn=_counts,
+                      ctx=DistContext(), settings=StepSettings(), on_log=lambda *a: None,
+                      on_eval=lambda done: evaluated.append(done) or False, time_up=time_up)
+    assert steps == 3 and evaluated == [3] and asked == [1, 2, 3]

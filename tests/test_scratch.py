@@ -380,3 +380,21 @@ def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by):
     assert "the count-based baseline beats the model" in text
     assert ("a longer --budget may close the gap" in text) == (limited_by == "budget")
     assert ("would not change it" in text) == (limited_by != "budget")
+
+
+def test_a_machine_slower_than_the_probe_stops_at_the_deadline(tmp_path, one_thread, capsys, monkeypatch):
+    """The probe says steps are free, so the plan holds the whole epoch cap; the clock stops the run
+    inside the budget, evaluated at the step it stopped, its best checkpoint kept."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, epochs=100000.0))
+    monkeypatch.setattr(scratch, "probe", lambda *args: (1e-6, 1e-6))
+    write_sst(tmp_path, random.Random(3))
+    out, budget = tmp_path / "out", 0.05  # 3 s
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), "--budget", str(budget),
+                 "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    s = results["from_scratch"]
+    assert results["stopped_by"] == "deadline" and 0 < results["steps"] < s["plan"]["steps"]
+    assert results["dev_curve"][-1][0] == results["steps"]  # evaluated where it stopped
+    assert s["stages"]["total_s"] <= 60 * budget
+    assert (out / "model.safetensors").is_file() and "stopped by the clock at step" in printed

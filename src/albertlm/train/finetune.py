@@ -396,7 +396,8 @@ def task_objective(run: TaskRun, model: nn.Module, model_dir: str | Path, device
 
 def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss_fn: LossFn, count_fn: CountFn,
                device: torch.device, progress: bool, record: dict[str, Any], name: str = "finetune",
-               trained: nn.Module | None = None) -> dict[str, Any]:
+               trained: nn.Module | None = None, deadline: float | None = None,
+               eval_s: float = 0.0) -> dict[str, Any]:
     """Train `model` on the run's features with the shared loop, keeping the best dev checkpoint.
 
     Args:
@@ -410,6 +411,10 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         record, name: more entries for results.json (at least `model_dir`); the recipe's name (the bar's).
         trained: what the optimizer steps and `loss_fn` is given, when more than the head (task_objective's
             JointModel: the head with a training-only MLM head); the head alone is scored and saved.
+        deadline: a time.perf_counter() value the run must end by, its last evaluation included: when
+            the next step would pass it less one evaluation, the run evaluates and stops ("stopped_by":
+            "deadline"), however the machine's pace changed after the steps were planned. None: no limit.
+        eval_s: the first estimate of one evaluation's seconds, replaced by the slowest one measured.
     Returns:
         The results: best dev metrics and step, last dev metrics, the resolved recipe, timings.
     """
@@ -422,8 +427,17 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     best: dict[str, Any] = {"value": None, "step": 0, "metrics": {}}
     last: dict[str, float] = {}
     curve: list[list[float]] = []  # [step, main metric] at every evaluation
-    state = {"bad_evals": 0}
-    start = time.perf_counter()
+    state: dict[str, Any] = {"bad_evals": 0, "eval_s": eval_s, "train_s": 0.0, "timed": 0, "stopped_by": None}
+    start = last_step = time.perf_counter()
+
+    def time_up(done: int) -> bool:
+        nonlocal last_step
+        now = time.perf_counter()
+        state["train_s"], state["timed"], last_step = state["train_s"] + now - last_step, state["timed"] + 1, now
+        if now + state["train_s"] / state["timed"] + state["eval_s"] < deadline:  # one more step, then evaluate
+            return False
+        state["stopped_by"] = "deadline"
+        return True
 
     def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str]:
         train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
@@ -435,7 +449,8 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         return {"loss": f"{train_loss:.4f}", "best": f"{best['value']:.4f}" if best["value"] is not None else "-"}
 
     def on_eval(done: int) -> bool:
-        nonlocal best, last
+        nonlocal best, last, last_step
+        began = time.perf_counter()
         last, predictions = score(model, spec, run.dev_ex, run.dev_f, run.labels, run.settings, r.eval_batch_size,
                                   device)
         logger.log(done, "eval", last)
@@ -446,18 +461,25 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
             best = {"value": value, "step": done, "metrics": last}
             state["bad_evals"] = 0
             _save_best(model, tokenizer, out_dir, run, predictions)
-            return False
-        state["bad_evals"] += 1
-        return bool(r.patience and state["bad_evals"] >= r.patience)
+        else:
+            state["bad_evals"] += 1
+        last_step = time.perf_counter()
+        state["eval_s"] = max(state["eval_s"], last_step - began)
+        if r.patience and state["bad_evals"] >= r.patience:
+            state["stopped_by"] = "patience"
+            return True
+        return False
 
     step = run_steps(trained, optimizer, start=0, cadence=Cadence(r.steps, r.log_every, r.eval_every),
                      batches=batcher(run, device), lr=lambda index: lr_at(index, r.lr, r.warmup_steps, r.steps), loss_fn=loss_fn,
                      count_fn=count_fn, ctx=DistContext(device=device),
                      settings=step_settings(r), on_log=on_log,
-                     on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None)
+                     on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None,
+                     time_up=None if deadline is None else time_up)
     logger.close()
     results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
-               "last": last, "steps": step, "stopped_early": step < r.steps, "dev_curve": curve,
+               "last": last, "steps": step, "stopped_early": step < r.steps,
+               "stopped_by": state["stopped_by"], "dev_curve": curve,
                "improving_at_end": len(curve) > 1 and best["step"] == curve[-1][0], **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}

@@ -219,7 +219,7 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
               on_log: Callable[[int, dict[str, Any], float, bool], dict[str, str] | None],
               on_eval: Callable[[int], bool] | None = None, on_checkpoint: Callable[[int], None] | None = None,
               scaler: torch.amp.GradScaler | None = None, progress: str | None = None,
-              stop_after: int | None = None) -> int:
+              stop_after: int | None = None, time_up: Callable[[int], bool] | None = None) -> int:
     """The outer training loop every recipe shares.
 
     For each step from `start` to `cadence.steps`: take the step's micro-batches, train
@@ -238,6 +238,8 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
         progress: the progress bar's description, None for no bar (pass None on all but the main rank).
         stop_after: stop after this many steps in this call, without the final step's work; tests
             use it to simulate an interrupted run.
+        time_up: steps done -> True when the run's time is spent: that step is evaluated (when there is
+            an on_eval) and is the last. Single-process recipes only: the answer is not agreed across ranks.
     Returns:
         The number of steps done.
     """
@@ -254,13 +256,14 @@ def run_steps(model: nn.Module, optimizer: torch.optim.Optimizer, *, start: int,
                 if postfix:
                     bar.set_postfix(**postfix)
                 bar.update(1)
-            evaluate, save = on_eval is not None and cadence.due(step, cadence.eval_every), (
-                on_checkpoint is not None and cadence.due(step, cadence.checkpoint_every))
+            out_of_time = time_up is not None and step < cadence.steps and time_up(step)
+            evaluate = on_eval is not None and (out_of_time or cadence.due(step, cadence.eval_every))
+            save = on_checkpoint is not None and cadence.due(step, cadence.checkpoint_every)
             if evaluate or save:
                 assert_finite_weights(model, step)  # never evaluate, checkpoint or export NaN weights
             stop = on_eval(step) if evaluate else False
             if save:
                 on_checkpoint(step)
-            if stop or (stop_after is not None and done >= stop_after and step < cadence.steps):
+            if stop or out_of_time or (stop_after is not None and done >= stop_after and step < cadence.steps):
                 break
     return step

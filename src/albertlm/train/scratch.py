@@ -103,7 +103,7 @@ class ScratchRecipe:
     """Real training steps timed before planning (the first one, slower, is not counted)."""
     reserve: float = 0.05
     """Share of the budget left unplanned: what the probe does not time (writing the results, a machine
-    whose load changes)."""
+    whose load changes). Training stops, evaluated, by budget * (1 - reserve / 2) whatever the plan said."""
     word_vectors: bool = False
     """Start the word table from PPMI-SVD vectors of the training text (train/word_vectors.py) instead of
     random rows; special tokens and pieces without a positive-PMI context keep theirs."""
@@ -438,7 +438,8 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
                             str(data_dir), *recipe_flags(run.recipe)]}
     start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe), "from_scratch": record})
     results = train_task(run, model, tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn, device=device,
-                         progress=progress, record={"model_dir": str(base_dir)}, trained=trained)
+                         progress=progress, record={"model_dir": str(base_dir)}, trained=trained,
+                         deadline=start + budget_s * (1 - recipe.reserve / 2), eval_s=plan.eval_s)
     stage("train_s", t)
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
@@ -472,6 +473,9 @@ def format_scratch(results: dict[str, Any]) -> str:
         lines.append(f"the count-based baseline beats the model on dev ({why}); the baseline is the better choice "
                      "for this data")
     total = s["stages"]["total_s"]
+    if results.get("stopped_by") == "deadline":
+        lines.append(f"stopped by the clock at step {results['steps']:,} of {s['plan']['steps']:,} planned: the "
+                     "machine ran slower than the probe measured (other work on it?); the best dev checkpoint is kept")
     lines.append(f"budget {s['budget_minutes']:g} min: used {total / 60:.1f} min ({s['plan']['steps']:,} steps, "
                  f"limited by the {'budget' if s['plan']['limited_by'] == 'budget' else 'epoch cap'}); "
                  f"vocabulary and random-init base: {results['model_dir']}")
