@@ -152,3 +152,17 @@ def test_baseline_scores_fit_on_train_or_else_test(tmp_path):
     assert embedding_baseline_scores("lcqmc", lcqmc)["language"] == "zh"
     with pytest.raises(AlbertlmError, match="neither a train nor a test split"):
         fit_split(get_task("lcqmc"), tmp_path / "nowhere")
+
+
+def test_the_experiment_script_prints_model_beside_baseline(model_dir, tmp_path, capsys):  # noqa: F811
+    from experiments import embedding_eval
+
+    write_stsb(tmp_path / "STS-B", 20, 12)
+    out = tmp_path / "eval.json"
+    assert embedding_eval.main(["--data", str(tmp_path), "--model", str(model_dir), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| sts-b | spearman |" in printed and "pending" not in printed and "lcqmc" not in printed
+    record = json.loads(out.read_text())
+    assert record["rows"][0]["model"] == pytest.approx(100 * record["model"]["sts-b"]["metrics"]["spearman"])
+    assert embedding_eval.main(["--data", str(tmp_path / "none")]) == 2
+    assert _one_line(capsys) == "embedding_eval: error: --data DATA: holds neither STS-B/ nor LCQMC/"
