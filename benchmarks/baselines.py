@@ -10,6 +10,13 @@ split here (QNLI, LCQMC) are skipped with a note.
 
     python benchmarks/baselines.py --data DATA --out benchmarks/results/baselines.json
     python benchmarks/baselines.py --data DATA --tasks sst-2 conll2003 --markdown
+    python benchmarks/baselines.py --data DATA --embedding --markdown
+
+With --embedding it runs instead the tf-idf cosine baseline of the sentence-embedding metrics
+(`albertlm.tasks.baselines.embedding_baseline`: STS-B Spearman and Pearson, pair accuracy at the best
+cosine threshold, retrieval recall@1/@10 and MRR) on every pair task whose folder exists, its
+vectorizer fitted on the training text (on the test split's text where a folder has no training
+split, as LCQMC here), scored on dev.
 
 DATA is wherever the public task data lives, one folder per task in its usual layout. The report
 writes it as `DATA` (the command, the data root, every message), so a results file names no folder
@@ -33,7 +40,9 @@ import time
 from pathlib import Path
 
 from albertlm.errors import AlbertlmError
-from albertlm.tasks.baselines import BASELINES, COUNTS, SPLIT, baseline_scores, require_sklearn
+from albertlm.tasks.baselines import (BASELINES, COUNTS, SPLIT, baseline_scores, embedding_baseline_scores,
+                                      require_sklearn)
+from albertlm.tasks.pairs import NOT_FRACTIONS
 from albertlm.tasks.registry import get_task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,6 +72,49 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+EMBEDDING_TASKS = ("sts-b", "mrpc", "qnli", "lcqmc", "afqmc")
+"""The pair tasks whose embedding baseline is run by default (where their folder exists)."""
+
+
+def embedding_markdown(result: dict) -> str:
+    """The embedding baselines as a markdown table, one row per task, then the skipped tasks."""
+    lines = ["| task | fit on | scored | Spearman | Pearson | accuracy (threshold) | R@1 | R@10 | MRR | queries |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(m: dict, key: str) -> str:
+        return f"{m[key]:.2f}" if key in m else "—"
+
+    for t in result["tasks"]:
+        m = t["metrics"]
+        accuracy = f"{m['accuracy']:.2f} ({m['threshold']:.3f})" if "accuracy" in m else "—"
+        lines.append(f"| {t['task']} | {t['fit_split']} ({t['fit_examples']:,}) | {t['split']} ({t['pairs']:,}) | "
+                     f"{cell(m, 'spearman')} | {cell(m, 'pearson')} | {accuracy} | {cell(m, 'recall_at_1')} | "
+                     f"{cell(m, 'recall_at_10')} | {cell(m, 'mrr')} | {m['queries']:,} |")
+    if result["skipped"]:
+        lines.append("")
+    lines += [f"- skipped {s['task']}: {s['reason']}" for s in result["skipped"]]
+    return "\n".join(lines)
+
+
+def embedding_report(data: Path, tasks: list[str], as_data) -> tuple[list, list]:
+    """(scored tasks, skipped tasks) of the embedding baseline, metrics x100 but thresholds and counts."""
+    done, skipped = [], []
+    for task in tasks:
+        folder = FOLDERS.get(task)
+        try:
+            if folder is None:
+                raise AlbertlmError("no usual folder known for this task")
+            scores = embedding_baseline_scores(task, data / folder)
+        except AlbertlmError as exc:
+            skipped.append({"task": task, "reason": as_data(str(exc))})
+            print(f"{task}: skipped ({as_data(str(exc))})", file=sys.stderr, flush=True)
+            continue
+        scores["metrics"] = {k: (v if k in NOT_FRACTIONS else round(100 * v, 2)) for k, v in scores["metrics"].items()}
+        done.append({"folder": folder, **scores})
+        print(f"{task}: {scores['metrics']}", file=sys.stderr, flush=True)
+    return done, skipped
+
+
 def default_tasks(data: Path) -> list[str]:
     """The tasks whose usual folder exists under the data root, in FOLDERS order."""
     return [task for task, folder in FOLDERS.items() if (data / folder).is_dir()]
@@ -76,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                    f"{', '.join(FOLDERS)} whose folder exists under --data)")
     p.add_argument("--out", default=None, help="also write the JSON here")
     p.add_argument("--markdown", action="store_true", help="print a markdown table instead of the JSON")
+    p.add_argument("--embedding", action="store_true", help="the tf-idf cosine baseline of the embedding metrics "
+                   f"instead (default tasks: {', '.join(EMBEDDING_TASKS)} where their folder exists)")
     args = p.parse_args(argv)
     try:
         require_sklearn()
@@ -84,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     import sklearn
 
     data = Path(args.data)
-    tasks = [get_task(t).name for t in args.tasks] if args.tasks else default_tasks(data)
+    if args.tasks:
+        tasks = [get_task(t).name for t in args.tasks]
+    else:
+        tasks = default_tasks(data)
+        tasks = [t for t in EMBEDDING_TASKS if t in tasks] if args.embedding else tasks
     start = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     shown_argv = ["DATA" if a == args.data else a for a in argv]
@@ -98,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "data": "DATA", "split": SPLIT,
               "units": "metric x100, as albertlm evaluate prints it", "baselines": BASELINES, "tasks": [],
               "skipped": []}
+    if args.embedding:
+        result["baselines"] = {"tfidf_cosine": "cosine of word (English) or character (Chinese) uni+bigram tf-idf "
+                                               "vectors fitted on the training text"}
+        result["tasks"], result["skipped"] = embedding_report(data, tasks, as_data)
+        tasks = []
     for task in tasks:
         folder = FOLDERS.get(task)
         if folder is None:
@@ -114,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{task} ({scores['metric']}): {shown}", file=sys.stderr, flush=True)
     result["wall_s"] = round(time.perf_counter() - start, 1)
     text = write_json(result, args.out)
-    print(markdown(result) if args.markdown else text)
+    print((embedding_markdown(result) if args.embedding else markdown(result)) if args.markdown else text)
     return 0
 
 

@@ -11,6 +11,10 @@
 takes (input_ids, attention_mask, token_type_ids) and returns [B, H]: it runs in PyTorch and traces
 into ONNX as it is (no data-dependent Python branches). The fine-tuning heads' `sentence_vector`
 (heads.py) uses `mean_pool` from here.
+
+A model trained for embeddings (train/embedding.py) records its pooling in config.json under
+`EMBEDDING_KEY`; `saved_pooling` reads it back, so `albertlm embed` and the sentence-transformers
+writer pool as the model was trained.
 """
 
 from __future__ import annotations
@@ -19,10 +23,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from albertlm.config import AlbertConfig
+from albertlm.errors import ConfigError
 from albertlm.model import AlbertModel
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 """The pooling modes, in the order the docs list them."""
+EMBEDDING_KEY = "albertlm_embedding"
+"""config.json's entry of an embedding model: {"pooling", "objective", "task"} (train/embedding.py)."""
+
+
+def saved_pooling(config: AlbertConfig, source: str = "config.json") -> str | None:
+    """The pooling a model was trained with (config.json's `EMBEDDING_KEY`), or None when it records none.
+
+    Raises:
+        ConfigError: the entry names no pooling mode albertlm has (one line naming `source`).
+    """
+    record = config.extra.get(EMBEDDING_KEY)
+    if record is None:
+        return None
+    mode = record.get("pooling") if isinstance(record, dict) else None
+    if mode not in POOLINGS:
+        raise ConfigError(f"{source}: {EMBEDDING_KEY}.pooling is {mode!r}; expected one of {', '.join(POOLINGS)}")
+    return mode
 
 
 def mean_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -102,6 +125,10 @@ class SentenceEmbedder(nn.Module):
         self.config = model.config
         self.mode = mode
         self.normalize = normalize
+
+    def num_parameters(self) -> int:
+        """The backbone's distinct parameters (pooling adds none)."""
+        return self.albert.num_parameters()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -32,6 +32,7 @@ from pathlib import Path
 from albertlm.config import AlbertConfig, read_json_file
 from albertlm.errors import AlbertlmError
 from albertlm.outputs import MODEL_FILES, OutputDir
+from albertlm.pooling import saved_pooling
 from albertlm.utils import atomic_write_text
 
 MODULES_FILE = "modules.json"
@@ -167,7 +168,7 @@ def _transformer_settings(model_dir: Path) -> tuple[int | None, bool]:
 
 
 # ---------------------------------------------------------------------------- writing
-def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.PathLike, pooling: str = "mean",
+def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.PathLike, pooling: str | None = None,
                                 normalize: bool = False, max_seq_length: int | None = None) -> dict:
     """Write a directory `sentence_transformers.SentenceTransformer(out_dir)` loads, from an ALBERT directory.
 
@@ -180,7 +181,8 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
     Args:
         model_dir: any ALBERT directory albertlm reads (pretrained, fine-tuned, sentence-transformers).
         out_dir: the directory to write.
-        pooling: one of ST_POOLINGS ("pooler" is refused: sentence-transformers has no such module).
+        pooling: one of ST_POOLINGS ("pooler" is refused: sentence-transformers has no such module);
+            None: the pooling the model was trained with (pooling.saved_pooling), else mean.
         normalize: add a Normalize module (unit-length vectors).
         max_seq_length: tokens per text, [CLS] and [SEP] included; None: the model's
             max_position_embeddings, at most 512.
@@ -193,17 +195,20 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
     from albertlm.model import AlbertModel
     from albertlm.tokenizer import load_model_vocabulary
 
+    source = Path(model_dir)
+    if not source.is_dir():
+        raise AlbertlmError(f"{source}: not a model directory")
+    layout = read_sentence_transformers(source) if is_sentence_transformers(source) else None
+    source = layout.model_dir if layout is not None else source
+    config = AlbertConfig.from_json_file(source / "config.json")
+    if pooling is None:
+        pooling = layout.pooling if layout is not None else saved_pooling(config, str(source / "config.json")) or "mean"
     if pooling == "pooler":
         raise AlbertlmError("pooling 'pooler' (ALBERT's tanh pooler) has no sentence-transformers module; "
                             f"export with one of {', '.join(ST_POOLINGS)}")
     if pooling not in ST_POOLINGS:
         raise AlbertlmError(f"pooling {pooling!r} is unknown; choose one of {', '.join(ST_POOLINGS)}")
-    source = Path(model_dir)
-    if not source.is_dir():
-        raise AlbertlmError(f"{source}: not a model directory")
-    if is_sentence_transformers(source):
-        source = read_sentence_transformers(source).model_dir
-    config = AlbertConfig.from_json_file(source / "config.json").replace(classifier_pooling="cls", extra={})
+    config = config.replace(classifier_pooling="cls", extra={})
     if not transformers_can_load(config):
         raise AlbertlmError(f"{source}: sharing={config.sharing!r}, embedding_layout={config.embedding_layout!r}: "
                             "transformers, and so sentence-transformers, cannot express this network")

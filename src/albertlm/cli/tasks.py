@@ -18,6 +18,7 @@ def _one_line_warnings() -> None:
 
 
 def finetune_args(p: argparse.ArgumentParser) -> None:
+    from albertlm.train.embedding import EmbeddingSettings
     from albertlm.train.finetune import FinetuneRecipe
     from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES
 
@@ -35,6 +36,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     training_run_args(p, "runs/finetune-<task>")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
                           "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
+    add_dataclass_options(p, EmbeddingSettings, "objective (sentence embeddings: docs/embeddings.md)")
 
 
 def training_run_args(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -61,6 +63,7 @@ def finetune_run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from albertlm.tasks.registry import task_table
+    from albertlm.train.embedding import EmbeddingSettings
     from albertlm.train.finetune import FinetuneRecipe, finetune, format_results
 
     if args.task == "list":
@@ -70,15 +73,35 @@ def finetune_run(args: argparse.Namespace) -> int:
         raise AlbertlmError("--data DIR is required (with --model DIR to start from a pretrained model, or without "
                             "it to train from scratch within --budget MINUTES)")
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneRecipe) if hasattr(args, f.name)}
+    embedding = dataclass_from_args(EmbeddingSettings, args)
+    if args.model is None and embedding.objective != "task":
+        raise AlbertlmError(f"--objective {embedding.objective} needs --model DIR (the backbone to train); without "
+                            "--model a task head is trained from scratch")
     if args.model is None:
         return _finetune_from_scratch(args, given)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
     _one_line_warnings()
     spec = task_from_args(args)
+    if embedding.objective != "task":
+        return _finetune_embedder(args, spec, FinetuneRecipe(**given), embedding)
     results = finetune(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}",
                        FinetuneRecipe(**given), device=args.device, progress=not args.no_progress)
     print(format_results(results))
+    return 0
+
+
+def _finetune_embedder(args: argparse.Namespace, spec, recipe, embedding) -> int:
+    """finetune with an embedding objective (train/embedding.py): the table, then where the vectors are."""
+    from albertlm.train.embedding import finetune_embedder
+    from albertlm.train.finetune import format_results
+
+    results = finetune_embedder(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}", recipe, embedding,
+                                device=args.device, progress=not args.no_progress)
+    print(format_results(results))
+    copy = results["sentence_transformers"] or f"not written ({results['sentence_transformers_note']})"
+    print(f"{embedding.pooling} pooling, saved in config.json (albertlm embed reads it); sentence-transformers "
+          f"copy: {copy}")
     return 0
 
 

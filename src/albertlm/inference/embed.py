@@ -5,7 +5,9 @@ A directory is read as what it holds:
   - a sentence-transformers directory (modules.json; st_directory.py): its ALBERT,
     its pooling, its Normalize module, its max_seq_length and do_lower_case;
   - any other ALBERT directory (pretrained AlbertForPreTraining or AlbertModel, fine-tuned head, ours
-    or transformers'): its backbone; pooling mean and no normalisation unless asked.
+    or transformers'): its backbone; the pooling it was trained with (config.json's
+    `albertlm_embedding`, written by `albertlm finetune --objective ...`), else mean, and no
+    normalisation unless asked.
 
 Each text becomes `[CLS] pieces [SEP]` with its pieces cut to max_seq_length - 2, as transformers
 truncates; an empty text is `[CLS] [SEP]` and gets that input's vector (what sentence-transformers
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 
 from albertlm.errors import AlbertlmError
-from albertlm.pooling import POOLINGS, SentenceEmbedder
+from albertlm.pooling import POOLINGS, SentenceEmbedder, saved_pooling
 from albertlm.tokenizer.base import Vocabulary
 from albertlm.utils import atomic_path, check_field_types
 
@@ -72,6 +74,26 @@ class EmbedSettings:
             raise AlbertlmError("--int8 runs on the CPU; drop --device cuda")
 
 
+def text_inputs(vocabulary: Vocabulary, texts: list[str], max_seq_length: int, lower_case: bool = False
+                ) -> list[np.ndarray]:
+    """Each text's input ids: `[CLS] pieces [SEP]`, the pieces cut to max_seq_length - 2 (an empty text:
+    `[CLS] [SEP]`); lower-cased first with `lower_case`."""
+    if lower_case:
+        texts = [t.lower() for t in texts]
+    keep = max_seq_length - 2
+    return [vocabulary.build_inputs(pieces[:keep])[0] for pieces in vocabulary.encode_batch(texts)]
+
+
+def pad_rows(rows: list[np.ndarray], pad: int) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (ids [B, S], attention mask [B, S]) of id rows padded with `pad` to the longest."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for j, row in enumerate(rows):
+        ids[j, :len(row)], mask[j, :len(row)] = row, 1
+    return ids, mask
+
+
 class Embedder:
     """A loaded directory, ready to embed texts.
 
@@ -92,11 +114,8 @@ class Embedder:
         self.dim = model.config.hidden_size
 
     def inputs(self, texts: list[str]) -> list[np.ndarray]:
-        """Each text's input ids: `[CLS] pieces [SEP]`, the pieces cut to max_seq_length - 2."""
-        if self.lower_case:
-            texts = [t.lower() for t in texts]
-        keep = self.max_seq_length - 2
-        return [self.vocabulary.build_inputs(pieces[:keep])[0] for pieces in self.vocabulary.encode_batch(texts)]
+        """Each text's input ids (`text_inputs`)."""
+        return text_inputs(self.vocabulary, texts, self.max_seq_length, self.lower_case)
 
     @torch.inference_mode()
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
@@ -126,11 +145,7 @@ class Embedder:
         pad = self.vocabulary.special_ids.pad
         with tqdm(total=len(rows), unit="text", disable=not progress or len(batches) <= 1, leave=False) as bar:
             for batch in batches:
-                width = max(lengths[i] for i in batch)
-                ids = np.full((len(batch), width), pad, dtype=np.int64)
-                mask = np.zeros((len(batch), width), dtype=np.int64)
-                for j, i in enumerate(batch):
-                    ids[j, :lengths[i]], mask[j, :lengths[i]] = rows[i], 1
+                ids, mask = pad_rows([rows[i] for i in batch], pad)
                 vectors = self.model(torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device))
                 out[batch] = vectors.float().cpu().numpy()  # [B, H] back to the texts' rows
                 bar.update(len(batch))
@@ -167,7 +182,8 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
     if not (source / CONFIG_NAME).is_file():
         raise AlbertlmError(f"{source}: no {CONFIG_NAME}; not a model directory")
     config = AlbertConfig.from_json_file(source / CONFIG_NAME)
-    pooling = settings.pooling or (layout.pooling if layout is not None else "mean")
+    pooling = settings.pooling or (layout.pooling if layout is not None else
+                                   saved_pooling(config, str(source / CONFIG_NAME)) or "mean")
     normalize = settings.normalize if settings.normalize is not None else (layout is not None and layout.normalize)
     length = _max_seq_length(settings.max_seq_length, layout.max_seq_length if layout is not None else None,
                              config.max_position_embeddings)

@@ -31,6 +31,9 @@ can see overlap at all.
 
 scikit-learn is an optional extra (`pip install 'albertlm[bench]'`), never a runtime dependency:
 it is imported inside the functions that fit, and `sklearn_missing()` says whether it is there.
+`embedding_baseline` is the tf-idf cosine of the sentence-vector metrics (tasks/pairs.py: STS Spearman,
+pair accuracy at the best threshold, retrieval), fitted on the training text alone; `embedding_baseline_scores`
+runs it on a task folder (benchmarks/baselines.py --embedding, experiments/embedding_eval.py).
 `score_baselines(spec, train, dev)` fits and scores every baseline of a task on given examples (raw
 metrics, as fine-tuning's results hold them); `baseline_scores(task, data_dir)` reads a task folder
 and reports x100 (benchmarks/baselines.py); `headline(spec, scored)` picks the family's strongest
@@ -228,6 +231,73 @@ def regression_baselines(train: Sequence, dev: Sequence, chinese: bool) -> dict[
         return lambda: list(model.predict(pair_features(word, char, dev, chinese)))
 
     return {"mean": _timed(mean), "tfidf_cosine": _timed(cosine), "ridge": _timed(ridge)}
+
+
+# ---------------------------------------------------------------------------- sentence vectors
+def tfidf_vectorizer(fit_texts: Sequence[str], chinese: bool):
+    """A tf-idf vectorizer (L2-normalised rows) over `ngrams` (word uni+bigrams, or character uni+bigrams for
+    Chinese), its vocabulary and idf from `fit_texts` only."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    return TfidfVectorizer(analyzer=_given).fit([ngrams(t, chinese) for t in fit_texts])
+
+
+def embedding_baseline(fit_examples: Sequence, pairs, chinese: bool | None = None) -> tuple[dict[str, float], float]:
+    """The tf-idf cosine baseline of the embedding metrics (tasks/pairs.py `pair_metrics`).
+
+    Args:
+        fit_examples: the examples whose text fits the vectorizer (the training split; never the scored one).
+        pairs: the scored split's Pairs.
+        chinese: split text into characters; None: `is_chinese(fit_examples)`.
+    Returns:
+        (the pairs' metrics, seconds to fit and score).
+    """
+    from albertlm.tasks.pairs import pair_metrics
+
+    require_sklearn()
+    chinese = is_chinese(fit_examples) if chinese is None else chinese
+    start = time.perf_counter()
+    vectorizer = tfidf_vectorizer(list(example_texts(fit_examples)), chinese)
+    a = vectorizer.transform([ngrams(t, chinese) for t in pairs.text_a]).tocsr()
+    b = vectorizer.transform([ngrams(t, chinese) for t in pairs.text_b]).tocsr()
+    scores = pair_metrics(pairs, a, b)
+    return scores, time.perf_counter() - start
+
+
+def fit_split(spec: TaskSpec, data_dir: str | Path) -> str:
+    """The split whose text fits a baseline's vectorizer: train, or, in a folder without one (LCQMC's here),
+    test (its text only, never the dev text that is scored)."""
+    from albertlm.tasks.common import find_file
+
+    for split in ("train", "test"):
+        try:
+            find_file(data_dir, spec.files[split], split)
+            return split
+        except (AlbertlmError, KeyError):
+            continue
+    raise AlbertlmError(f"{data_dir}: task {spec.name} has neither a train nor a test split here to fit a baseline on")
+
+
+def embedding_baseline_scores(task: str | TaskSpec, data_dir: str | Path, split: str = SPLIT) -> dict:
+    """The tf-idf cosine baseline of the embedding metrics on a pair task's folder.
+
+    Returns:
+        {"task", "language", "fit_split", "fit_examples", "split", "pairs", "kind", "main_metric",
+        "metrics" (raw, as pair_metrics gives them), "fit_s"}.
+    Raises:
+        AlbertlmError: no pairs, no split to fit on, or scikit-learn missing.
+    """
+    from albertlm.tasks.pairs import pairs_of
+
+    spec = get_task(task) if isinstance(task, str) else task
+    fit = fit_split(spec, data_dir)
+    fit_examples, scored = spec.read(data_dir, fit), spec.read(data_dir, split)
+    pairs = pairs_of(spec, scored, f"{data_dir} ({split})")
+    chinese = is_chinese(fit_examples)
+    scores, seconds = embedding_baseline(fit_examples, pairs, chinese)
+    return {"task": spec.name, "language": "zh" if chinese else "en", "fit_split": fit,
+            "fit_examples": len(fit_examples), "split": split, "pairs": len(pairs), "kind": pairs.kind,
+            "main_metric": pairs.main_metric, "metrics": scores, "fit_s": round(seconds, 3)}
 
 
 def lookup_tagger(train: Sequence, key: Callable[[str], str] = lambda tag: tag) -> dict[str, str]:

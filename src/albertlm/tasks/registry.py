@@ -310,6 +310,10 @@ class TaskSpec:
     labels_file: str | None = None
     version2: bool = False
     """QA: unanswerable questions exist (SQuAD 2.0)."""
+    pair_positive: str | None = None
+    """Sentence-pair classification: the label that marks a pair as alike (a paraphrase, an entailment, the
+    same question), which the embedding objectives and their evaluation take as a positive pair
+    (tasks/pairs.py); None: the labels say nothing about similarity."""
 
     @classmethod
     def for_prediction(cls, family: Family, problem_type: str) -> TaskSpec:
@@ -363,10 +367,10 @@ def _table(columns: Columns, kind: str = "single_label_classification", labels: 
 
 
 def _glue(name, description, columns, metric, main, recipe, labels=("0", "1"), kind="single_label_classification",
-          files=_SPLITS) -> TaskSpec:
+          files=_SPLITS, positive: str | None = None) -> TaskSpec:
     return TaskSpec(name, FAMILIES["classification"], description, files,
                     _table(columns, kind, labels if kind != "regression" else None), metric, main, recipe, kind,
-                    labels if kind != "regression" else None)
+                    labels if kind != "regression" else None, pair_positive=positive)
 
 
 ENTAIL = ("entailment", "not_entailment")
@@ -377,21 +381,23 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
     _glue("sst-2", "SST-2: sentiment of movie-review sentences", Columns("sentence"), _accuracy, "accuracy",
           _t14(1e-5, 32, 0.0, 20935, 1256)),
     _glue("mrpc", "MRPC: paraphrase pairs", Columns("#1 String", "#2 String", "Quality"), _f1_accuracy, "f1",
-          _t14(2e-5, 32, 0.0, 800, 200)),
+          _t14(2e-5, 32, 0.0, 800, 200), positive="1"),
     _glue("sts-b", "STS-B: semantic similarity score 0-5 (regression)", Columns("sentence1", "sentence2", "score"),
           _correlations, "pearson", _t14(2e-5, 16, 0.0, 3598, 214), kind="regression"),
     _glue("qqp", "QQP: duplicate question pairs", Columns("question1", "question2", "is_duplicate"), _f1_accuracy,
-          "accuracy", _t14(5e-5, 128, 0.1, 14000, 1000)),
+          "accuracy", _t14(5e-5, 128, 0.1, 14000, 1000), positive="1"),
     _glue("mnli", "MNLI matched: entailment / neutral / contradiction", Columns("sentence1", "sentence2", "gold_label"),
           _accuracy, "accuracy", _t14(3e-5, 128, 0.0, 10000, 1000), labels=("contradiction", "entailment", "neutral"),
-          files={"train": ("train.tsv",), "dev": ("dev_matched.tsv",), "test": ("test_matched.tsv",)}),
+          files={"train": ("train.tsv",), "dev": ("dev_matched.tsv",), "test": ("test_matched.tsv",)},
+          positive="entailment"),
     _glue("mnli-mm", "MNLI mismatched", Columns("sentence1", "sentence2", "gold_label"), _accuracy, "accuracy",
           _t14(3e-5, 128, 0.0, 10000, 1000), labels=("contradiction", "entailment", "neutral"),
-          files={"train": ("train.tsv",), "dev": ("dev_mismatched.tsv",), "test": ("test_mismatched.tsv",)}),
+          files={"train": ("train.tsv",), "dev": ("dev_mismatched.tsv",), "test": ("test_mismatched.tsv",)},
+          positive="entailment"),
     _glue("qnli", "QNLI: does the sentence answer the question", Columns("question", "sentence"), _accuracy,
-          "accuracy", _t14(1e-5, 32, 0.0, 33112, 1986), labels=ENTAIL),
+          "accuracy", _t14(1e-5, 32, 0.0, 33112, 1986), labels=ENTAIL, positive="entailment"),
     _glue("rte", "RTE: textual entailment", Columns("sentence1", "sentence2"), _accuracy, "accuracy",
-          _t14(3e-5, 32, 0.1, 800, 200), labels=ENTAIL),
+          _t14(3e-5, 32, 0.1, 800, 200), labels=ENTAIL, positive="entailment"),
     _glue("wnli", "WNLI: Winograd entailment", Columns("sentence1", "sentence2"), _accuracy, "accuracy",
           _t14(2e-5, 16, 0.1, 2000, 250)),
     # Chinese sentence (pair) classification (not in the paper)
@@ -401,12 +407,12 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
              {s: (f"{s}.txt", f"{s}.tsv", f"{s}.json") for s in ("train", "dev", "test")},
              _table(Columns(0, 1, 2, header=False), labels=("0", "1"),
                     json_columns=Columns("sentence1", "sentence2", "label")),
-             _accuracy, "accuracy", PaperRecipe(), labels=("0", "1")),
+             _accuracy, "accuracy", PaperRecipe(), labels=("0", "1"), pair_positive="1"),
     TaskSpec("afqmc", FAMILIES["classification"], "AFQMC: Chinese financial question matching (TSV or CLUE JSON lines)",
              {s: (f"{s}.json", f"{s}.txt", f"{s}.tsv") for s in ("train", "dev", "test")},
              _table(Columns(0, 1, 2, header=False), labels=("0", "1"),
                     json_columns=Columns("sentence1", "sentence2", "label")),
-             _accuracy, "accuracy", PaperRecipe(), labels=("0", "1")),
+             _accuracy, "accuracy", PaperRecipe(), labels=("0", "1"), pair_positive="1"),
     TaskSpec("tnews", FAMILIES["classification"], "TNEWS: Chinese news titles, 15 classes (TSV sentence, label_desc "
              "or CLUE JSON lines; labels.json)",
              {s: (f"{s}.json", f"{s}.tsv") for s in ("train", "dev", "test")},

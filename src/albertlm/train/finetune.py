@@ -394,9 +394,32 @@ def task_objective(run: TaskRun, model: nn.Module, model_dir: str | Path, device
     return joint.train(), loss_fn, count_fn
 
 
+@dataclass(frozen=True)
+class DevScorer:
+    """How a run scores its dev split and writes its best checkpoint: the head's own (`head_scorer`), or
+    another objective's (train/embedding.py scores sentence vectors)."""
+
+    metric: str
+    """The metric the best checkpoint is chosen by (higher is better)."""
+    score: Callable[[nn.Module], tuple[dict[str, float], Any]]
+    """model -> (dev metrics, what `save` writes beside the model, e.g. the dev predictions)."""
+    save: Callable[[nn.Module, Path, Any], None]
+    """(model, out_dir, score's second value): write the best checkpoint."""
+
+
+def head_scorer(run: TaskRun, tokenizer, device: torch.device) -> DevScorer:
+    """The task's own metric on the head's dev predictions; the best checkpoint with its predictions file."""
+    def score_dev(model: nn.Module) -> tuple[dict[str, float], list]:
+        return score(model, run.spec, run.dev_ex, run.dev_f, run.labels, run.settings, run.recipe.eval_batch_size,
+                     device)
+
+    return DevScorer(run.spec.main_metric, score_dev,
+                     lambda model, out_dir, predictions: _save_best(model, tokenizer, out_dir, run, predictions))
+
+
 def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss_fn: LossFn, count_fn: CountFn,
                device: torch.device, progress: bool, record: dict[str, Any], name: str = "finetune",
-               trained: nn.Module | None = None, deadline: float | None = None,
+               trained: nn.Module | None = None, scorer: DevScorer | None = None, deadline: float | None = None,
                eval_s: float = 0.0) -> dict[str, Any]:
     """Train `model` on the run's features with the shared loop, keeping the best dev checkpoint.
 
@@ -411,6 +434,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         record, name: more entries for results.json (at least `model_dir`); the recipe's name (the bar's).
         trained: what the optimizer steps and `loss_fn` is given, when more than the head (task_objective's
             JointModel: the head with a training-only MLM head); the head alone is scored and saved.
+        scorer: how dev is scored and the best checkpoint written; None: `head_scorer`.
         deadline: a time.perf_counter() value the run must end by, its last evaluation included: when
             the next step would pass it less one evaluation, the run evaluates and stops ("stopped_by":
             "deadline"), however the machine's pace changed after the steps were planned. None: no limit.
@@ -420,6 +444,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     """
     spec, r = run.spec, run.recipe
     trained = model if trained is None else trained
+    scorer = head_scorer(run, tokenizer, device) if scorer is None else scorer
     optimizer = task_optimizer(trained, r)
     logger = MetricsLogger(out_dir)
     logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
@@ -451,16 +476,15 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     def on_eval(done: int) -> bool:
         nonlocal best, last, last_step
         began = time.perf_counter()
-        last, predictions = score(model, spec, run.dev_ex, run.dev_f, run.labels, run.settings, r.eval_batch_size,
-                                  device)
+        last, predictions = scorer.score(model)
         logger.log(done, "eval", last)
-        value = last.get(spec.main_metric, float("nan"))
+        value = last.get(scorer.metric, float("nan"))
         curve.append([done, value])
         value = -math.inf if math.isnan(value) else value
         if best["value"] is None or value > best["value"]:
             best = {"value": value, "step": done, "metrics": last}
             state["bad_evals"] = 0
-            _save_best(model, tokenizer, out_dir, run, predictions)
+            scorer.save(model, out_dir, predictions)
         else:
             state["bad_evals"] += 1
         last_step = time.perf_counter()
@@ -477,7 +501,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                      on_eval=on_eval, progress=f"{name} {spec.name}" if progress else None,
                      time_up=None if deadline is None else time_up)
     logger.close()
-    results = {"task": spec.name, "main_metric": spec.main_metric, "best_step": best["step"], "best": best["metrics"],
+    results = {"task": spec.name, "main_metric": scorer.metric, "best_step": best["step"], "best": best["metrics"],
                "last": last, "steps": step, "stopped_early": step < r.steps,
                "stopped_by": state["stopped_by"], "dev_curve": curve,
                "improving_at_end": len(curve) > 1 and best["step"] == curve[-1][0], **_sizes(run),
