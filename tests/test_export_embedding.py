@@ -137,6 +137,17 @@ def test_the_embedding_graph_pools_inside_and_stores_the_shared_block_once(model
     assert np.abs(got - alone).max() < 1e-5  # padding changes nothing: the pooling reads the attention mask
 
 
+@pytest.mark.slow
+def test_the_current_exporter_writes_the_same_embedding_graph(model_dir, tmp_path):
+    """The default exporter (torch.export based), as the command runs without --exporter."""
+    assert main(["export", "--pooling", "max", "--normalize", str(model_dir), str(tmp_path / "e.onnx")]) == 0
+    embedder = load_embedder(model_dir, EmbedSettings(pooling="max", device="cpu")).model
+    assert initializer_bytes(tmp_path / "e.onnx") <= 1.05 * distinct_parameter_bytes(embedder)
+    batch = padded_batch(model_dir)
+    got, want = run_graph(tmp_path / "e.onnx", batch), torch_vectors(model_dir, batch, "max", True)
+    assert np.abs(got - want).max() < 1e-5
+
+
 def test_the_int8_embedding_graph_keeps_the_direction(model_dir, tmp_path):
     export("--pooling", "mean", "--normalize", "--int8", model_dir, tmp_path / "int8.onnx")
     graph = onnx.load(tmp_path / "int8.onnx").graph

@@ -197,6 +197,8 @@ def test_refusals_are_one_line(tokenizer_dir, tmp_path, capsys):
 
     assert "--model-name 'a/b'" in error("--model-name", "a/b", tmp_path / "sst", tmp_path / "repo")
     assert "--max-batch-size must be at least 1" in error("--max-batch-size", 0, tmp_path / "sst", tmp_path / "repo")
+    assert main(["export", "--max-queue-delay-us", "0", str(tmp_path / "sst"), str(tmp_path / "m.onnx")]) == 2
+    assert "--max-queue-delay-us applies to --format triton" in capsys.readouterr().err  # 0 is given, not unset
     (tmp_path / "file").write_text("x")
     assert "is not a directory" in error(tmp_path / "sst", tmp_path / "file")
     (tmp_path / "repo" / "sst").mkdir(parents=True)

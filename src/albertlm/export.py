@@ -73,7 +73,7 @@ class ExportSettings:
         only = {"sentence-transformers": ("onnx", "max_seq_length"),
                 "triton": ("model_name", "max_batch_size", "max_queue_delay_us")}
         for fmt, names in only.items():
-            given = [n for n in names if getattr(self, n) not in (None, False)]
+            given = [n for n in names if getattr(self, n) is not None and getattr(self, n) is not False]
             if self.format != fmt and given:
                 raise AlbertlmError(f"--{given[0].replace('_', '-')} applies to --format {fmt}")
         if self.format == "sentence-transformers" and self.pooling == "pooler":
