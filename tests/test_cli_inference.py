@@ -20,10 +20,13 @@ DEFAULTS = {
         "model": "M", "files": [], "batch_size": 64, "device": "auto", "prepack": False, "patience": None,
         "regression_threshold": 0.1, "int8": False, "int8_backend": "fbgemm"}),
     "fill-mask": (["--model", "M", "a [MASK] ."], {"model": "M", "text": "a [MASK] .", "top_k": 5, "device": "auto"}),
-    "export": (["DIR", "OUT"], {"model": "DIR", "out": "OUT", "format": "onnx", "int8": False, "exporter": "dynamo"}),
+    "export": (["DIR", "OUT"], {"model": "DIR", "out": "OUT", "format": "onnx", "int8": False, "exporter": "dynamo",
+                                "pooling": None, "normalize": None, "onnx": False, "max_seq_length": None,
+                                "model_name": None, "max_batch_size": None, "max_queue_delay_us": None}),
 }
 CHOICES = {("evaluate", "--split"): ["dev", "test", "train"], ("evaluate", "--int8-backend"): ["fbgemm", "torchao"],
-           ("predict", "--int8-backend"): ["fbgemm", "torchao"], ("export", "--format"): ["onnx"],
+           ("predict", "--int8-backend"): ["fbgemm", "torchao"], ("export", "--format"): ["onnx", "sentence-transformers", "triton"],
+           ("export", "--pooling"): ["cls", "pooler", "mean", "max", "None"],
            ("export", "--exporter"): ["dynamo", "legacy"]}
 
 
@@ -78,7 +81,7 @@ def test_one_device_flag_for_every_command():
 def test_the_settings_check_their_choices_and_counts():
     """The one check of a settings class refuses what argparse refuses, for callers of the library too."""
     from albertlm.inference.settings import EarlyExitSettings, EvaluateSettings, FillMaskSettings, Int8Settings
-    from albertlm.interop.onnx import ExportSettings
+    from albertlm.export import ExportSettings
     from albertlm.options import DeviceSettings
 
     for build, match in ((lambda: EvaluateSettings(split="validation"), "split must be one of dev, test, train"),

@@ -11,6 +11,9 @@ A directory `SentenceTransformer(dir)` loads is a list of modules run in order (
     spiece.model | vocab.txt | tokenizer.json, tokenizer_config.json   its tokenizer
     1_Pooling/config.json               the pooling mode: cls, mean or max (`ST_POOLINGS`)
     2_Normalize/                        present when the vectors are L2-normalised
+    onnx/model.onnx                     optional: the AlbertModel's token vectors (last_hidden_state) as ONNX,
+                                        what SentenceTransformer(dir, backend="onnx") runs before its Pooling;
+                                        onnx/model_qint8.onnx its onnxruntime int8 copy
 
 `write_sentence_transformers` writes that layout from any ALBERT directory albertlm reads, and
 `read_sentence_transformers` reads one, written here or by sentence-transformers (any version: the
@@ -39,7 +42,9 @@ MODULES_FILE = "modules.json"
 ST_CONFIG_FILE = "config_sentence_transformers.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
 _TRANSFORMER_CONFIG_FILES = (TRANSFORMER_CONFIG_FILE, "sentence_albert_config.json")  # older releases' name too
-POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
+POOLING_DIR, NORMALIZE_DIR, ONNX_DIR = "1_Pooling", "2_Normalize", "onnx"
+ONNX_FP32, ONNX_INT8 = "model.onnx", "model_qint8.onnx"
+"""The graphs in onnx/: sentence-transformers loads the first unless model_kwargs names a file_name."""
 ST_POOLINGS = ("cls", "mean", "max")
 """The pooling modes of albertlm.pooling that sentence-transformers' Pooling module has."""
 _MODULES = ("Transformer", "Pooling", "Normalize")
@@ -49,7 +54,7 @@ _LEGACY_FLAGS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_token
                  "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
                  "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
 """Pooling mode -> its boolean key in the older Pooling config (every mode sentence-transformers has)."""
-ST_FILES = MODEL_FILES + (MODULES_FILE, ST_CONFIG_FILE, TRANSFORMER_CONFIG_FILE, POOLING_DIR, NORMALIZE_DIR)
+ST_FILES = MODEL_FILES + (MODULES_FILE, ST_CONFIG_FILE, TRANSFORMER_CONFIG_FILE, POOLING_DIR, NORMALIZE_DIR, ONNX_DIR)
 """What `write_sentence_transformers` may write into its output directory."""
 
 
@@ -169,7 +174,8 @@ def _transformer_settings(model_dir: Path) -> tuple[int | None, bool]:
 
 # ---------------------------------------------------------------------------- writing
 def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.PathLike, pooling: str | None = None,
-                                normalize: bool = False, max_seq_length: int | None = None) -> dict:
+                                normalize: bool = False, max_seq_length: int | None = None, *, onnx: bool = False,
+                                int8: bool = False, dynamo: bool = True) -> dict:
     """Write a directory `sentence_transformers.SentenceTransformer(out_dir)` loads, from an ALBERT directory.
 
     The backbone is written as a transformers AlbertModel (its pooler too, where the source has one;
@@ -186,8 +192,13 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
         normalize: add a Normalize module (unit-length vectors).
         max_seq_length: tokens per text, [CLS] and [SEP] included; None: the model's
             max_position_embeddings, at most 512.
+        onnx: also write onnx/model.onnx, the backbone's token vectors (`interop.onnx.export_onnx`: each
+            shared tensor once), for sentence-transformers' ONNX backend.
+        int8: with `onnx`, also onnx/model_qint8.onnx (`interop.onnx.quantize_onnx_int8`).
+        dynamo: the ONNX exporter: torch.export's (True) or the TorchScript one.
     Returns:
-        {"out_dir", "pooling", "normalize", "max_seq_length", "files"}.
+        {"out_dir", "pooling", "normalize", "max_seq_length", "files", "onnx"} ("onnx": the export
+        report of onnx/model.onnx, or None).
     Raises:
         AlbertlmError: one line for a refused pooling, length or network, or an unusable OUT.
     """
@@ -208,6 +219,8 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
                             f"export with one of {', '.join(ST_POOLINGS)}")
     if pooling not in ST_POOLINGS:
         raise AlbertlmError(f"pooling {pooling!r} is unknown; choose one of {', '.join(ST_POOLINGS)}")
+    if int8 and not onnx:
+        raise AlbertlmError("int8 applies to the ONNX graph: ask for onnx too (--onnx)")
     config = config.replace(classifier_pooling="cls", extra={})
     if not transformers_can_load(config):
         raise AlbertlmError(f"{source}: sharing={config.sharing!r}, embedding_layout={config.embedding_layout!r}: "
@@ -217,15 +230,32 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
     names, _ = weight_names(source)
     pooler = bool({"pooler.weight", "albert.pooler.weight"} & names)
     model = AlbertModel.from_pretrained(source, config=config, add_pooling_layer=pooler)
+    if onnx:  # the optional packages, before OUT is touched
+        from albertlm.interop.onnx import require
+
+        for package in ("onnx", *(("onnxscript",) if dynamo else ()), *(("onnxruntime",) if int8 else ())):
+            require(package)
     out = OutputDir(out_dir, "export", ST_FILES, flag="OUT", inputs={"DIR": model_dir})
     with out.claim():
         out.empty()  # an earlier export's 2_Normalize must not outlive a new export without it
         model.save_pretrained(out.path)
         vocabulary.save(out.path)
+        report = _write_onnx(model.eval(), out.path / ONNX_DIR, int8, dynamo) if onnx else None
         _write_modules(out.path, config.hidden_size, pooling, normalize, length)
         files = sorted(p.name for p in out.path.iterdir() if not p.name.startswith("."))
     return {"out_dir": str(out.path), "pooling": pooling, "normalize": normalize, "max_seq_length": length,
-            "files": files}
+            "files": files, "onnx": report}
+
+
+def _write_onnx(model, onnx_dir: Path, int8: bool, dynamo: bool) -> dict:
+    """onnx/model.onnx (the token vectors) and, with `int8`, onnx/model_qint8.onnx; the export's report."""
+    from albertlm.interop.onnx import export_onnx, quantize_onnx_int8
+
+    onnx_dir.mkdir()
+    report = export_onnx(model, onnx_dir / ONNX_FP32, dynamo=dynamo)
+    if int8:
+        report.update(quantize_onnx_int8(onnx_dir / ONNX_FP32, onnx_dir / ONNX_INT8))
+    return report
 
 
 def _export_length(config: AlbertConfig, max_seq_length: int | None) -> int:

@@ -48,7 +48,8 @@ COMMANDS: dict[str, Command] = {
                pretraining.report_args, pretraining.report_run),
     "convert": ("convert a checkpoint: Google's TF1 / TF-Hub / albert_zh to a Hugging Face directory, or back "
                 "with --to tf: albertlm convert model.ckpt-best OUT", checkpoints.convert_args, checkpoints.convert_run),
-    "export": ("export a model directory to ONNX (each shared tensor stored once; --int8 for onnxruntime int8): "
+    "export": ("export a model directory to ONNX (each shared tensor stored once; --pooling for sentence vectors; "
+               "--int8 for onnxruntime int8), a sentence-transformers directory or a Triton model repository: "
                "albertlm export --format onnx DIR model.onnx", export.export_args, export.export_run),
 }
 

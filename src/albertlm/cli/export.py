@@ -1,48 +1,46 @@
-"""`albertlm export`: a model directory to another format (ONNX, optionally int8)."""
+"""`albertlm export`: a model directory to an ONNX graph (task or sentence embedding, optionally int8), a
+sentence-transformers directory, or a Triton model repository (albertlm/export.py)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from albertlm.errors import AlbertlmError
 from albertlm.options import add_dataclass_options, dataclass_from_args
-from albertlm.outputs import check_not_input
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
-    from albertlm.interop.onnx import ExportSettings
+    from albertlm.export import ExportSettings
 
-    p.add_argument("model", metavar="DIR", help="a model directory: pretrained (AlbertForPreTraining) or fine-tuned")
-    p.add_argument("out", metavar="OUT", help="the file to write, e.g. model.onnx")
+    p.add_argument("model", metavar="DIR", help="a model directory: pretrained (AlbertForPreTraining), fine-tuned, "
+                   "or with --pooling any ALBERT directory (sentence-transformers ones too)")
+    p.add_argument("out", metavar="OUT", help="onnx: a file ending in .onnx (the graph alone) or a directory (OUT/"
+                   "model.onnx and the tokenizer files); sentence-transformers: a directory; triton: the model "
+                   "repository (the model goes to OUT/NAME)")
     add_dataclass_options(p, ExportSettings, "export")
 
 
 def export_run(args: argparse.Namespace) -> int:
     """Export a model directory; print what was written."""
-    from albertlm.inference.load import load_module, read_architecture
-    from albertlm.interop.onnx import ONNX_OUTPUTS, ExportSettings, export_onnx, quantize_onnx_int8, scratch_beside
+    from albertlm.export import ExportSettings, export_model
 
     settings = dataclass_from_args(ExportSettings, args)
-    out = Path(args.out)
-    if out.is_dir() or not out.parent.is_dir():
-        raise AlbertlmError(f"{out}: {'is a directory' if out.is_dir() else 'its directory does not exist'}")
-    if not Path(args.model).is_dir():
-        raise AlbertlmError(f"{args.model}: not a model directory")
-    check_not_input(out, "OUT", {"DIR": args.model})
-    arch, config = read_architecture(args.model)
-    if arch not in ONNX_OUTPUTS:
-        raise AlbertlmError(f"{args.model}: holds an {arch}; the export takes one of {', '.join(ONNX_OUTPUTS)}")
-    # the plain class (exit heads are albertlm's own); a head its weights lack is refused, not exported random
-    model = load_module(args.model, arch, config, exit_heads=False).eval()
-    dynamo = settings.exporter == "dynamo"
-    if not settings.int8:
-        report = export_onnx(model, out, dynamo=dynamo)
-    else:
-        with scratch_beside(out) as tmp:
-            report = export_onnx(model, tmp / "fp32.onnx", dynamo=dynamo)
-            report.update(quantize_onnx_int8(tmp / "fp32.onnx", out))
-    print(f"{out}: {arch} -> {', '.join(report['outputs'])}; {out.stat().st_size / 2**20:.2f} MiB on disk, "
-          f"fp32 initializers {report['ratio']:.3f}x the distinct parameter bytes"
-          + (f"; int8: {report['quantized_matmuls']} int8 MatMuls" if settings.int8 else ""))
+    report = export_model(args.model, args.out, settings)
+    print(describe(report, settings))
     return 0
+
+
+def describe(report: dict, settings) -> str:
+    """One line: what was written, the graph's outputs and sizes."""
+    line = f"{report['out']}: {settings.format}, {report['what']}"
+    if "outputs" in report:
+        line += (f" -> {', '.join(report['outputs'])}; fp32 initializers {report['ratio']:.3f}x the distinct "
+                 "parameter bytes")
+    if "quantized_matmuls" in report:
+        line += f"; int8: {report['quantized_matmuls']} int8 MatMuls"
+    if settings.format == "onnx" and len(report["files"]) == 1:
+        from pathlib import Path
+
+        line += f"; {Path(report['out']).stat().st_size / 2**20:.2f} MiB on disk"
+    else:
+        line += f"; {', '.join(report['files'])}"
+    return line

@@ -4,7 +4,7 @@ Each class is a group of flags (`albertlm.options.add_dataclass_options`: the he
 docstring, a `Literal` field's values are its choices) and the one check of its values, made when
 it is built: the command line and the library functions (`evaluate_dir`, `predict_lines`,
 `Predictor`, `fill_mask`) build the same classes, so they refuse the same things with the same
-one line. --device comes from `options.DeviceSettings`; export's settings are `interop.onnx.ExportSettings`.
+one line. --device comes from `options.DeviceSettings`; export's settings are `albertlm.export.ExportSettings`.
 """
 
 from __future__ import annotations

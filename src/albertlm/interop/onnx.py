@@ -9,6 +9,11 @@ The table below is the contract of the exported file: per architecture (config.j
                                                            (multiple choice: [batch, choices, sequence])
     outputs  see ONNX_OUTPUTS; every axis but the label/vocabulary one is dynamic.
 
+The embedding graphs (EMBEDDING_OUTPUTS) take the same inputs: a bare backbone gives its token
+vectors (what sentence-transformers' ONNX backend reads, pooling in its own module), and
+`albertlm.pooling.SentenceEmbedder` gives one pooled, optionally normalised vector per sequence.
+Both modules are built above this floor and handed in; they are matched here by class name.
+
 ALBERT reuses one block for every layer and ties the MLM decoder to the word table. Exporters that
 fold constants turn each use of a weight into a constant of its own: the current exporter
 (torch.export based) folds the transpose of a Linear weight once per layer application, so a
@@ -30,15 +35,13 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
 
 from albertlm.errors import AlbertlmError
-from albertlm.utils import atomic_path, check_field_types, os_error_naming
+from albertlm.utils import atomic_path, os_error_naming
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -48,25 +51,14 @@ ONNX_OUTPUTS: dict[str, tuple[str, ...]] = {
     "AlbertForQuestionAnswering": ("start_logits", "end_logits"),  # [B, S] each
     "AlbertForMultipleChoice": ("logits",),  # [B, C]
 }
+EMBEDDING_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "AlbertModel": ("last_hidden_state",),  # [B, S, H]: the token vectors
+    "SentenceEmbedder": ("sentence_embedding",),  # [B, H]: pooled over the non-padding tokens inside the graph
+}
+"""The embedding graphs: module class -> its outputs (never a directory's `architectures` entry)."""
 SIZE_TOLERANCE = 1.05
 """The file's initializers may exceed the model's distinct parameter bytes by at most this factor."""
 MISSING = "the ONNX export needs onnx, onnxscript and onnxruntime: pip install 'albertlm[onnx]'"
-
-
-@dataclass(frozen=True)
-class ExportSettings:
-    """What `albertlm export` writes."""
-
-    format: Literal["onnx"] = "onnx"
-    """output format"""
-    int8: bool = False
-    """write onnxruntime's dynamic int8 quantization of the export instead of fp32 (docs/benchmarks.md has its
-    accuracy and speed)"""
-    exporter: Literal["dynamo", "legacy"] = "dynamo"
-    """torch.onnx.export's current exporter (torch.export based) or the TorchScript one, ~20x faster to run"""
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
 
 
 @contextlib.contextmanager
@@ -140,6 +132,8 @@ class _Exportable(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if isinstance(out, torch.Tensor):  # a module with one output (SentenceEmbedder)
+            return (out,)
         return tuple(getattr(out, name) for name in self.outputs)
 
 
@@ -161,7 +155,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
     """Write `model` (fp32, CPU) to an ONNX file with dynamic batch, choice and sequence axes.
 
     Args:
-        model: an albertlm model of a class in ONNX_OUTPUTS.
+        model: an albertlm model of a class in ONNX_OUTPUTS or EMBEDDING_OUTPUTS.
         path: the .onnx file to write (atomically; one file, no external data).
         dynamo: the current exporter (torch.export); False: the TorchScript one.
         opset: ONNX opset.
@@ -175,11 +169,12 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
     if dynamo:
         require("onnxscript")
     arch = type(model).__name__
-    if arch not in ONNX_OUTPUTS:
-        raise AlbertlmError(f"ONNX export takes one of {', '.join(ONNX_OUTPUTS)}, not an {arch}")
+    graphs = {**ONNX_OUTPUTS, **EMBEDDING_OUTPUTS}
+    if arch not in graphs:
+        raise AlbertlmError(f"ONNX export takes one of {', '.join(graphs)}, not an {arch}")
     if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
         raise AlbertlmError("ONNX export takes an fp32 model on the CPU")
-    outputs = ONNX_OUTPUTS[arch]
+    outputs = graphs[arch]
     args = example_inputs(model)
     axes = ("batch", "choices", "sequence") if args[0].dim() == 3 else ("batch", "sequence")
     dims = {i: name for i, name in enumerate(axes)}
@@ -205,11 +200,11 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, dynamo: bool = Tru
                                 "a shared tensor was duplicated (nothing written)")
         final = tmp / "model.onnx"
         onnx.save(graph, final)
-        _put_in_place(final, path)
+        put_in_place(final, path)
     return report
 
 
-def _put_in_place(finished: Path, path: Path) -> None:
+def put_in_place(finished: Path, path: Path) -> None:
     """Move a finished file to `path` through the atomic writer: the umask's mode, the file and its
     directory flushed, so a power cut leaves the old file or the new one."""
     with atomic_path(path) as tmp:
@@ -310,6 +305,6 @@ def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
             quantization.quantize_dynamic(Path(src), out, weight_type=quantization.QuantType.QInt8,
                                           per_channel=True, op_types_to_quantize=["MatMul", "Gather"])
         graph = onnx.load(out)
-        _put_in_place(out, dst)
+        put_in_place(out, dst)
     return {"initializer_bytes": initializer_bytes(graph),
             "quantized_matmuls": sum(n.op_type == "MatMulInteger" for n in graph.graph.node)}
