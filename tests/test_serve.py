@@ -195,7 +195,7 @@ def servers(models) -> dict[str, Server]:
                       "--max-body-bytes", "4096", *batch("cls")),
         "reg": Server(models["reg"], logs / "reg", *batch("reg")),
         "ner": Server(models["ner"], logs / "ner", "--max-queue", str(len(_requests("ner"))), *batch("ner")),
-        "enc": Server(models["pre"], logs / "enc", "--max-wait-ms", "60000", "--max-queue", "3", "--max-inputs", "6",
+        "enc": Server(models["pre"], logs / "enc", "--max-wait-ms", "60000", "--max-queue", "4", "--max-inputs", "6",
                       "--max-body-bytes", "2048"),
     }
     if models["onnx"] is not None:
@@ -446,8 +446,8 @@ def test_embed_routes_give_albertlm_embeds_vectors(servers, models, tmp_path):
     assert r.json()["model"] == str(models["pre"])  # none named: the directory
     assert np.array_equal(np.stack(vectors), np.float32([d["embedding"] for d in answer["data"]]))
 
-    held = Held(servers["enc"], "/embed", {"inputs": "held"})  # the batch waits: the four below merge with it
-    bodies = [{"inputs": [t]} for t in EMBED_TEXTS[:3]] + [{"inputs": EMBED_TEXTS[3:], "normalize": True}]
+    held = Held(servers["enc"], "/embed", {"inputs": "held"})  # the batch waits: the three below merge with it
+    bodies = [{"inputs": [t]} for t in EMBED_TEXTS[:2]] + [{"inputs": EMBED_TEXTS[2:], "normalize": True}]
     before = servers["enc"].metrics()["albertlm_batch_requests_count"]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         merged = pool.submit(_concurrently, url, "/embed", bodies)
@@ -457,9 +457,9 @@ def test_embed_routes_give_albertlm_embeds_vectors(servers, models, tmp_path):
             time.sleep(0.02)
         assert len(held.release().json()) == 1
         responses = merged.result()
-    assert servers["enc"].metrics()["albertlm_batch_requests_count"] == before + 1  # all five in one batch
+    assert servers["enc"].metrics()["albertlm_batch_requests_count"] == before + 1  # all four in one batch
     got = np.array([v for r in responses for v in r.json()])
-    want = np.concatenate([plain[:3], unit[3:]])
+    want = np.concatenate([plain[:2], unit[2:]])
     assert np.abs(got - want).max() < 1e-5
 
 
@@ -500,22 +500,22 @@ def test_bad_embedding_bodies_are_refused_naming_the_field(servers, route, body,
 
 
 def test_a_full_queue_refuses_embeddings_with_429(servers):
-    """--max-queue 3: a held request keeps the batch waiting, three requests queue, a fourth is refused; the
-    held one, finding the queue full too, is refused, and the three then run."""
+    """--max-queue 4: a held request keeps the batch waiting, four requests queue, a fifth is refused; the
+    held one, finding the queue full too, is refused, and the four then run."""
     server = servers["enc"]
     held = Held(server, "/v1/embeddings", {"input": "held"})
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
         waiting = [pool.submit(httpx.post, server.url + "/embed", json={"inputs": t}, timeout=120)
-                   for t in EMBED_TEXTS[:3]]
+                   for t in EMBED_TEXTS[:4]]
         deadline = time.monotonic() + 60
-        while server.metrics()["albertlm_queue_depth"] < 3:
+        while server.metrics()["albertlm_queue_depth"] < 4:
             assert time.monotonic() < deadline and not any(w.done() for w in waiting)
             time.sleep(0.02)
         r = httpx.post(server.url + "/v1/embeddings", json={"input": "one more"})
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
-        assert r.json()["error"] == "the server is busy: 3 requests are waiting (--max-queue 3); retry later"
+        assert r.json()["error"] == "the server is busy: 4 requests are waiting (--max-queue 4); retry later"
         assert held.release().status_code == 429
-        assert [w.result().status_code for w in waiting] == [200] * 3
+        assert [w.result().status_code for w in waiting] == [200] * 4
 
 
 def test_the_default_pooling_is_a_sentence_transformers_directorys_own(models, tmp_path):

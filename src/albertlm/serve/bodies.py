@@ -129,8 +129,9 @@ class EmbedRequest:
 def _texts(data: dict[str, Any], field: str, max_inputs: int) -> list[str]:
     items, _ = _listed(data, field, max_inputs, "a string or a list of strings")
     for i, item in enumerate(items):
-        if not isinstance(item, str):
-            ids = isinstance(item, int) or (isinstance(item, list) and all(isinstance(t, int) for t in item))
+        if not isinstance(item, str):  # OpenAI's input may be token ids, an int or a list of ints per input
+            ids = field == "input" and (isinstance(item, int) or (isinstance(item, list) and item
+                                                                  and all(isinstance(t, int) for t in item)))
             raise invalid(f"{field}[{i}]: expected a string" + (" (token ids are not taken: send the text)"
                                                                  if ids else ""))
     return items
