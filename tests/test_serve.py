@@ -1,14 +1,18 @@
 """`albertlm serve` as a real server process on a loopback port, talked to over HTTP.
 
-Three tiny fine-tuned directories (a classifier with exit heads, a regressor, an NER tagger), one server
-process each, plus one for the full queue and SIGTERM; all start at once in a module fixture. The
-equality servers get a token cap equal to the concurrent requests' total and a long wait, so the
-requests merge into exactly one batch because they fill it, not because of a timer.
+Three tiny fine-tuned directories (a classifier with exit heads, a regressor, an NER tagger, the last also
+for the full queue and SIGTERM), the classifier's ONNX export, and the pretrained directory serving
+embeddings only: one server process each, all started at once in a module fixture. A batch waits only for
+requests known to be on their way, so the tests hold one request's body back (`Held`: the server has its
+headers) to keep a batch waiting, and give the equality servers a token cap equal to the concurrent
+requests' total: those requests merge into exactly one batch because they fill it, not because of a timer.
 """
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import importlib.util
 import json
 import os
 import random
@@ -20,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -36,12 +41,14 @@ from albertlm.serve.predictor import SPECIAL_TOKENS, ServedModel
 from albertlm.serve.settings import ServeSettings
 from albertlm.tasks.registry import FAMILIES
 from albertlm.tokenizer import Tokenizer, train_tokenizer
+from albertlm.inference.embed import EmbedSettings, embed
 from albertlm.inference.load import load_tokenizer
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.inference.predict import predict_lines
 from test_distill import FILL, NEG, POS, RECIPE, write_sst, write_stsb
 from test_finetune import CITIES, PEOPLE, VERBS, write_conll
 
+ONNX = all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 STARTUP_S = 180  # a loaded 2-core machine imports torch slowly
@@ -122,6 +129,35 @@ class Server:
         return self.proc.wait(timeout=60)
 
 
+class Held:
+    """A POST whose body is held back after its first byte: the server has the request's headers and is
+    reading it, so its batcher counts it on its way (`albertlm_requests_arriving`) until `release`."""
+
+    def __init__(self, server: Server, route: str, body: dict, headers: dict | None = None):
+        self.server, self.gate = server, threading.Event()
+        data = json.dumps(body).encode()
+        before = server.metrics()["albertlm_requests_arriving"]
+
+        def content():
+            yield data[:1]
+            self.gate.wait(120)
+            yield data[1:]
+
+        self.pool = concurrent.futures.ThreadPoolExecutor(1)
+        self.answer = self.pool.submit(httpx.post, server.url + route, content=content(), headers=headers, timeout=180)
+        deadline = time.monotonic() + 60
+        while server.metrics()["albertlm_requests_arriving"] < before + 1:  # the route has started reading it
+            assert time.monotonic() < deadline and not self.answer.done(), "the held request never arrived"
+            time.sleep(0.02)
+
+    def release(self) -> httpx.Response:
+        self.gate.set()
+        try:
+            return self.answer.result(timeout=120)
+        finally:
+            self.pool.shutdown()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("serve")
@@ -138,7 +174,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
     finetune("sts-b", pre, write_stsb(root / "stsb"), dirs["reg"], FinetuneRecipe(**two), progress=False)
     finetune("conll2003", pre, conll, dirs["ner"], FinetuneRecipe(**two), progress=False)
     torch.set_num_threads(threads)
-    return {**dirs, "pre": pre, "root": root}
+    out = {**dirs, "pre": pre, "root": root, "onnx": None}
+    if ONNX:
+        assert main(["export", str(dirs["cls"]), str(root / "cls.onnx"), "--exporter", "legacy"]) == 0
+        out["onnx"] = root / "cls.onnx"
+    return out
 
 
 def _total_tokens(model_dir: Path, kind: str) -> int:
@@ -155,7 +195,11 @@ def servers(models) -> dict[str, Server]:
                       "--max-body-bytes", "4096", *batch("cls")),
         "reg": Server(models["reg"], logs / "reg", *batch("reg")),
         "ner": Server(models["ner"], logs / "ner", "--max-queue", str(len(_requests("ner"))), *batch("ner")),
+        "enc": Server(models["pre"], logs / "enc", "--max-wait-ms", "60000", "--max-queue", "4", "--max-inputs", "6",
+                      "--max-body-bytes", "2048"),
     }
+    if models["onnx"] is not None:
+        started["onnx"] = Server(models["cls"], logs / "onnx", "--onnx", str(models["onnx"]), "--pooling", "cls")
     try:
         yield {name: s.wait_ready() for name, s in started.items()}
     finally:
@@ -164,18 +208,24 @@ def servers(models) -> dict[str, Server]:
 
 
 # ---------------------------------------------------------------------------- answers
+def _concurrently(url: str, route: str, bodies: list[dict]) -> list[httpx.Response]:
+    barrier = threading.Barrier(len(bodies))
+
+    def ask(body):
+        barrier.wait()
+        return httpx.post(url + route, json=body, headers=AUTH, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(ask, bodies))
+
+
 @pytest.mark.parametrize("kind", ["cls", "reg", "ner"])
 def test_concurrent_clients_get_predicts_answers_from_one_merged_batch(servers, models, kind):
     server = servers[kind]
     bodies = _requests(kind)
-    barrier = threading.Barrier(len(bodies))
-
-    def ask(inputs):
-        barrier.wait()
-        return httpx.post(server.url + "/predict", json={"inputs": inputs}, headers=AUTH, timeout=120)
-
-    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-        responses = list(pool.map(ask, bodies))
+    held_text = "a good film ." if kind != "ner" else "anna went to rome"
+    held = Held(server, "/predict", {"inputs": held_text}, AUTH)  # the first batch waits for it ...
+    responses = _concurrently(server.url, "/predict", [{"inputs": inputs} for inputs in bodies])
     assert [r.status_code for r in responses] == [200] * len(bodies), responses[0].text
     answers = [r.json() for r in responses]
     assert isinstance(answers[0], dict) and all(isinstance(a, list) for a in answers[1:])
@@ -195,13 +245,30 @@ def test_concurrent_clients_get_predicts_answers_from_one_merged_batch(servers, 
             assert [f"{t['word']}/{t['tag']}" for t in a["tokens"]] == want.split()
     if kind == "cls":  # early exit: the layers each input ran, as predict counts them
         assert [a["layers"] for a in answers] == layers
-    m = server.metrics()
+    m = server.metrics()  # ... until the concurrent requests fill it
     assert m["albertlm_batch_requests_count"] == 1 and m["albertlm_batch_requests_sum"] == len(bodies)
     assert m["albertlm_batch_inputs_sum"] == len(lines)
-    assert m["albertlm_queue_depth"] == 0
+    assert m["albertlm_queue_depth"] == 0 and m["albertlm_requests_arriving"] == 1
     if kind == "cls":
         assert m["albertlm_early_exit_layers_count"] == len(lines)
         assert m["albertlm_early_exit_layers_sum"] == sum(layers)
+    late = held.release()
+    assert late.status_code == 200 and late.json()["line"] == predict_lines(models[kind], [held_text], device="cpu",
+                                                                            patience=1 if kind == "cls" else None)[0]
+    m = server.metrics()
+    assert m["albertlm_batch_requests_count"] == 2 and m["albertlm_requests_arriving"] == 0
+
+
+def test_a_lone_request_runs_at_once_though_the_server_would_wait_a_minute_for_more(servers):
+    """--max-wait-ms 60000 and a token cap far above one request: nothing else is on its way, so the request
+    runs in a batch of its own at once (the client's 30 s timeout is a hang guard, not a speed check)."""
+    server = servers["reg"]
+    before = server.metrics()
+    r = httpx.post(server.url + "/predict", json={"inputs": ["a good film .", "a dull plot ."]}, timeout=30)
+    assert r.status_code == 200 and len(r.json()) == 2
+    m = server.metrics()
+    assert m["albertlm_batch_requests_count"] == before["albertlm_batch_requests_count"] + 1
+    assert m["albertlm_batch_inputs_sum"] == before["albertlm_batch_inputs_sum"] + 2
 
 
 def test_info_health_and_metrics(servers, models):
@@ -210,6 +277,9 @@ def test_info_health_and_metrics(servers, models):
     assert info["model_dir"] == str(models["cls"]) and info["task"] == "sst-2"
     assert info["head"] == "AlbertForSequenceClassification" and info["labels"] == ["0", "1"]
     assert info["backend"] == "fp32" and info["early_exit"] == {"patience": 1, "layers": 2}
+    assert info["predict"] is True and info["no_predict"] is None and info["onnx_file"] is None
+    assert info["embedding"] == {"pooling": "mean", "normalize": False, "dimensions": 32, "max_seq_length": 128,
+                                 "device": "cpu", "backend": "fp32"}
     assert info["limits"]["max_inputs"] == 8 and info["limits"]["max_body_bytes"] == 4096 and info["api_key"] is True
     assert KEY not in json.dumps(info)
     ner = httpx.get(servers["ner"].url + "/info").json()
@@ -252,6 +322,10 @@ def test_the_api_key_guards_every_route_but_health(servers):
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (route, headers)
             assert r.json()["error_type"] == "unauthorized" and "Authorization: Bearer" in r.json()["error"]
     assert httpx.post(url + "/predict", json={"inputs": "a good film ."}).status_code == 401
+    assert httpx.post(url + "/embed", json={"inputs": "a good film ."}).status_code == 401
+    assert httpx.post(url + "/v1/embeddings", json={"input": "a good film ."}, headers={"Authorization": "Bearer no"}
+                      ).status_code == 401
+    assert httpx.post(url + "/embed", json={"inputs": "a good film ."}, headers=AUTH).status_code == 200
     assert httpx.get(url + "/health").status_code == 200
     assert httpx.get(url + "/info", headers={"authorization": f"bearer {KEY}"}).status_code == 200
     r = httpx.get(url + "/nowhere", headers=AUTH)
@@ -307,6 +381,163 @@ def test_too_large_bodies_and_too_many_inputs_are_413(servers):
     assert httpx.get(url + "/health").status_code == 200  # still serving
 
 
+# ---------------------------------------------------------------------------- an ONNX file
+def test_an_onnx_file_answers_as_predict_and_embeddings_still_come_from_the_directory(servers, models, tmp_path):
+    if "onnx" not in servers:
+        pytest.skip("onnx and onnxruntime are not installed")
+    server = servers["onnx"]
+    info = httpx.get(server.url + "/info").json()
+    assert info["backend"] == "onnx" and info["onnx_file"] == str(models["onnx"]) and info["device"] == "cpu"
+    assert info["head"] == "AlbertForSequenceClassification" and info["early_exit"] is None
+    assert info["embedding"]["pooling"] == "cls" and info["embedding"]["backend"] == "fp32"
+    lines = [line for inputs in _requests("cls") for line in _lines(inputs)]
+    r = httpx.post(server.url + "/predict", json={"inputs": [line.split("\t") if "\t" in line else line
+                                                             for line in lines[:8]]}, timeout=60)
+    assert r.status_code == 200
+    expected = [line.split("\t") for line in predict_lines(models["cls"], lines[:8], device="cpu")]
+    assert [a["label"] for a in r.json()] == [label for label, _ in expected]
+    assert [a["score"] for a in r.json()] == pytest.approx([float(score) for _, score in expected], abs=2e-4)
+    texts = ["a good film .", "", "the plot was dull and the actor awful"]
+    r = httpx.post(server.url + "/embed", json={"inputs": texts}, timeout=60)
+    assert np.abs(np.array(r.json()) - _cli_embed(models["cls"], texts, tmp_path, "--pooling", "cls")).max() < 1e-6
+
+
+# ---------------------------------------------------------------------------- embeddings
+EMBED_TEXTS = ["a good film .", "", "the movie was a film plot actor story and it very really quite so " * 3,
+               "dull", "lovely superb fun", "   "]
+
+
+def _cli_embed(model_dir: Path, texts: list[str], tmp_path: Path, *flags: str) -> np.ndarray:
+    """What `albertlm embed` writes for these texts, one per line."""
+    source, out = tmp_path / "texts.txt", tmp_path / "vectors.npy"
+    source.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    assert main(["embed", str(model_dir), "--input", str(source), "--output", str(out), "--device", "cpu",
+                 "--no-progress", *flags]) == 0
+    return np.load(out)
+
+
+def test_embed_routes_give_albertlm_embeds_vectors(servers, models, tmp_path):
+    """/embed (TEI's shape) and /v1/embeddings (OpenAI's) on a pretrained directory: one request of the same
+    texts is `albertlm embed`'s batch, so the vectors are its own (to 1e-6); requests merged with others
+    pad differently and agree to float rounding (1e-5, as docs/embeddings.md says of padding)."""
+    url = servers["enc"].url
+    plain, unit = _cli_embed(models["pre"], EMBED_TEXTS, tmp_path), _cli_embed(models["pre"], EMBED_TEXTS, tmp_path,
+                                                                               "--normalize")
+    r = httpx.post(url + "/embed", json={"inputs": EMBED_TEXTS}, timeout=60)
+    assert r.status_code == 200 and np.abs(np.array(r.json()) - plain).max() < 1e-6
+    r = httpx.post(url + "/embed", json={"inputs": EMBED_TEXTS, "normalize": True}, timeout=60)
+    assert np.abs(np.array(r.json()) - unit).max() < 1e-6 and not np.allclose(unit, plain)
+    one = httpx.post(url + "/embed", json={"inputs": EMBED_TEXTS[0]}, timeout=60).json()
+    alone = _cli_embed(models["pre"], EMBED_TEXTS[:1], tmp_path)
+    assert len(one) == 1 and np.abs(np.array(one[0]) - alone[0]).max() < 1e-6  # a string: a list of one vector
+    assert httpx.post(url + "/embed", json={"inputs": []}).json() == []
+
+    tokenizer = load_tokenizer(models["pre"])
+    tokens = sum(min(len(tokenizer.encode(t)) + 2, 128) for t in EMBED_TEXTS[:4])
+    r = httpx.post(url + "/v1/embeddings", json={"input": EMBED_TEXTS[:4], "model": "albert-tiny"}, timeout=60)
+    answer = r.json()
+    assert r.status_code == 200 and answer["object"] == "list" and answer["model"] == "albert-tiny"
+    assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    assert [(d["object"], d["index"]) for d in answer["data"]] == [("embedding", i) for i in range(4)]
+    assert np.abs(np.array([d["embedding"] for d in answer["data"]]) - _cli_embed(
+        models["pre"], EMBED_TEXTS[:4], tmp_path)).max() < 1e-6
+    r = httpx.post(url + "/v1/embeddings", json={"input": EMBED_TEXTS[:4], "encoding_format": "base64"}, timeout=60)
+    vectors = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in r.json()["data"]]
+    assert r.json()["model"] == str(models["pre"])  # none named: the directory
+    assert np.array_equal(np.stack(vectors), np.float32([d["embedding"] for d in answer["data"]]))
+
+    held = Held(servers["enc"], "/embed", {"inputs": "held"})  # the batch waits: the three below merge with it
+    bodies = [{"inputs": [t]} for t in EMBED_TEXTS[:2]] + [{"inputs": EMBED_TEXTS[2:], "normalize": True}]
+    before = servers["enc"].metrics()["albertlm_batch_requests_count"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        merged = pool.submit(_concurrently, url, "/embed", bodies)
+        deadline = time.monotonic() + 60
+        while servers["enc"].metrics()["albertlm_queue_depth"] < len(bodies):
+            assert time.monotonic() < deadline and not merged.done()
+            time.sleep(0.02)
+        assert len(held.release().json()) == 1
+        responses = merged.result()
+    assert servers["enc"].metrics()["albertlm_batch_requests_count"] == before + 1  # all four in one batch
+    got = np.array([v for r in responses for v in r.json()])
+    want = np.concatenate([plain[:2], unit[2:]])
+    assert np.abs(got - want).max() < 1e-5
+
+
+def test_an_encoder_directory_answers_predict_with_501_naming_the_reason(servers, models):
+    url = servers["enc"].url
+    info = httpx.get(url + "/info").json()
+    assert info["predict"] is False and info["head"] is None and info["backend"] == "fp32"
+    assert info["embedding"]["pooling"] == "mean" and info["embedding"]["normalize"] is False
+    r = httpx.post(url + "/predict", json={"inputs": "a good film ."})
+    assert r.status_code == 501 and r.json()["error_type"] == "unsupported"
+    assert r.json()["error"] == (f"{models['pre']} holds an AlbertForPreTraining, which has no task head: this "
+                                 "server answers /embed and /v1/embeddings only (serve a fine-tuned directory for "
+                                 "/predict)") == info["no_predict"]
+    assert "embeddings only" in servers["enc"].err.read_text()
+
+
+@pytest.mark.parametrize("route, body, status, message", [
+    ("/embed", {"text": "x"}, 422, r'^body: expected a JSON object \{"inputs": \.\.\.\}$'),
+    ("/embed", {"inputs": "x", "truncate": True}, 422,
+     r"^body: unknown field 'truncate' \(the body takes only inputs, normalize\)$"),
+    ("/embed", {"inputs": ["x", 3]}, 422, r"^inputs\[1\]: expected a string$"),
+    ("/embed", {"inputs": 3}, 422, r"^inputs: expected a string or a list of strings$"),
+    ("/embed", {"inputs": "x", "normalize": "yes"}, 422, r"^normalize: expected true or false$"),
+    ("/embed", {"inputs": ["x"] * 7}, 413, r"^inputs: 7 inputs; a request takes at most 6 \(--max-inputs\)$"),
+    ("/embed", {"inputs": ["word " * 500]}, 413, r"^body: longer than 2,048 bytes \(--max-body-bytes\)$"),
+    ("/v1/embeddings", {"inputs": "x"}, 422, r'^body: expected a JSON object \{"input": \.\.\.\}$'),
+    ("/v1/embeddings", {"input": [[1, 2, 3]]}, 422, r"^input\[0\]: expected a string \(token ids are not taken"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 8}, 422, r"^body: unknown field 'dimensions' \(the body takes "
+     r"only input, model, encoding_format, user\)$"),
+    ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, 422,
+     r'^encoding_format: expected "float" or "base64", got "int8"$'),
+    ("/v1/embeddings", {"input": "x", "model": 7}, 422, r"^model: expected a string$"),
+    ("/v1/embeddings", {"input": ["x"] * 7}, 413, r"^input: 7 inputs; a request takes at most 6 \(--max-inputs\)$"),
+])
+def test_bad_embedding_bodies_are_refused_naming_the_field(servers, route, body, status, message):
+    r = httpx.post(servers["enc"].url + route, json=body, timeout=60)
+    assert r.status_code == status and re.search(message, r.json()["error"]), r.json()
+
+
+def test_a_full_queue_refuses_embeddings_with_429(servers):
+    """--max-queue 4: a held request keeps the batch waiting, four requests queue, a fifth is refused; the
+    held one, finding the queue full too, is refused, and the four then run."""
+    server = servers["enc"]
+    held = Held(server, "/v1/embeddings", {"input": "held"})
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        waiting = [pool.submit(httpx.post, server.url + "/embed", json={"inputs": t}, timeout=120)
+                   for t in EMBED_TEXTS[:4]]
+        deadline = time.monotonic() + 60
+        while server.metrics()["albertlm_queue_depth"] < 4:
+            assert time.monotonic() < deadline and not any(w.done() for w in waiting)
+            time.sleep(0.02)
+        r = httpx.post(server.url + "/v1/embeddings", json={"input": "one more"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"] == "the server is busy: 4 requests are waiting (--max-queue 4); retry later"
+        assert held.release().status_code == 429
+        assert [w.result().status_code for w in waiting] == [200] * 4
+
+
+def test_the_default_pooling_is_a_sentence_transformers_directorys_own(models, tmp_path):
+    """In-process: a sentence-transformers directory serves embeddings only, with its pooling and Normalize
+    module unless --pooling / --normalize say otherwise; a request's `normalize` picks either."""
+    from albertlm.st_directory import write_sentence_transformers
+
+    st = tmp_path / "st"
+    write_sentence_transformers(models["pre"], st, pooling="max", normalize=True)
+    served = ServedModel(st, ServeSettings(device="cpu"))
+    assert (served.embedder.pooling, served.normalize) == ("max", True)
+    assert "holds a sentence-transformers directory, which has no task head" in served.no_predict
+    want = embed(st, EMBED_TEXTS, EmbedSettings(device="cpu", progress=False))
+    assert np.abs(served.embed(EMBED_TEXTS) - want).max() < 1e-6
+    plain = embed(st, EMBED_TEXTS, EmbedSettings(device="cpu", normalize=False, progress=False))
+    assert np.abs(served.embed(EMBED_TEXTS, normalize=False) - plain).max() < 1e-6
+    flags = ServedModel(st, ServeSettings(device="cpu", pooling="cls", normalize=False))
+    assert (flags.embedder.pooling, flags.normalize) == ("cls", False)
+    with pytest.raises(AlbertlmError, match="no task head"):
+        served.predict(["a good film ."])
+
+
 # ---------------------------------------------------------------------------- the command's own errors
 def test_bad_directories_flags_and_a_busy_port_are_one_line_errors(models, tmp_path, capsys):
     import socket
@@ -318,8 +549,17 @@ def test_bad_directories_flags_and_a_busy_port_are_one_line_errors(models, tmp_p
         return err
 
     assert f"{tmp_path / 'nothing'}: not a model directory" in error(tmp_path / "nothing")
-    assert "holds an AlbertForPreTraining, not a fine-tuned model" in error(models["pre"])
+    assert "--patience needs a fine-tuned directory: " in error(models["pre"], "--patience", "2")
     assert "--patience needs a model fine-tuned with --early-exit" in error(models["reg"], "--patience", "2")
+    assert "pooling 'pooler' needs ALBERT's pooler" in error(models["ner"], "--pooling", "pooler")
+    onnx = tmp_path / "any.onnx"
+    assert "--onnx runs the graph as exported; drop --int8" in error(models["cls"], "--onnx", onnx, "--int8")
+    assert "--patience runs the torch model's exit heads and an ONNX file holds the plain head only" in error(
+        models["cls"], "--onnx", onnx, "--patience", "1")
+    assert "--onnx runs on the CPU (onnxruntime); drop --device cuda" in error(models["cls"], "--onnx", onnx,
+                                                                               "--device", "cuda")
+    assert "--onnx needs a fine-tuned directory: " in error(models["pre"], "--onnx", onnx)
+    assert f"{onnx}: no such ONNX file" in error(models["cls"], "--onnx", onnx)
     assert "--max-queue must be at least 1, got 0" in error(models["cls"], "--max-queue", "0")
     assert "--api-key must be a non-empty key without spaces" in error(models["cls"], "--api-key", "a b")
     assert "--port must lie in [0, 65535], got 70000" in error(models["cls"], "--port", "70000")
@@ -334,11 +574,13 @@ def test_bad_directories_flags_and_a_busy_port_are_one_line_errors(models, tmp_p
 
 # ---------------------------------------------------------------------------- shutdown (last: it stops a server)
 def test_a_full_queue_is_429_and_sigterm_answers_every_queued_request(servers):
-    """Twelve small requests wait for a batch that would wait a minute for more (they do not fill its token
-    cap); a thirteenth finds the queue full; SIGTERM runs the twelve at once and the process exits 0.
-    Runs last: it stops the NER server."""
+    """A held request keeps the batch waiting (a minute at most) for it; twelve small requests queue behind
+    it without filling the token cap; a thirteenth finds the queue full; SIGTERM runs the twelve at once,
+    the held one (its body sent after the signal) gets 503, and the process exits 0. Runs last: it stops
+    the NER server."""
     server = servers["ner"]
     texts = [f"{name} went to {city}" for name in PEOPLE for city in CITIES][:len(_requests("ner"))]
+    held = Held(server, "/predict", {"inputs": "anna went to rome"})
     with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
         waiting = [pool.submit(httpx.post, server.url + "/predict", json={"inputs": [text]}, timeout=120)
                    for text in texts]
@@ -353,6 +595,9 @@ def test_a_full_queue_is_429_and_sigterm_answers_every_queued_request(servers):
         answers = [w.result() for w in waiting]
     assert [a.status_code for a in answers] == [200] * len(texts)
     assert [a.json()[0]["line"] for a in answers] == predict_lines(server.model_dir, texts, device="cpu")
+    late = held.release()
+    assert late.status_code == 503 and late.json() == {"error": "the server is shutting down",
+                                                       "error_type": "unavailable"}
     assert server.proc.wait(timeout=60) == 0
     assert "Application shutdown complete" in server.err.read_text()
     with pytest.raises(httpx.TransportError):  # the port is closed

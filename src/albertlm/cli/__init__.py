@@ -41,8 +41,8 @@ COMMANDS: dict[str, Command] = {
                   tasks.fill_mask_args, tasks.fill_mask_run),
     "embed": ("sentence vectors, one per input line, from any ALBERT directory (sentence-transformers ones too): "
               "albertlm embed DIR --input texts.txt --output vectors.npy", embed.embed_args, embed.embed_run),
-    "serve": ("serve a fine-tuned model over HTTP with dynamic batching (POST /predict, /health, /info, /metrics): "
-              "albertlm serve DIR --port 8080", serve.serve_args, serve.serve_run),
+    "serve": ("serve a model over HTTP with dynamic batching (POST /predict, /embed, /v1/embeddings; GET /health, "
+              "/info, /metrics): albertlm serve DIR --port 8080", serve.serve_args, serve.serve_run),
     "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
                "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
                pretraining.report_args, pretraining.report_run),

@@ -1,4 +1,4 @@
-"""`albertlm serve`: a fine-tuned directory over HTTP (albertlm/serve, docs/serving.md)."""
+"""`albertlm serve`: a model directory over HTTP (albertlm/serve, docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from albertlm.options import add_dataclass_options, dataclass_from_args
 def serve_args(p: argparse.ArgumentParser) -> None:
     from albertlm.serve.settings import ServeSettings
 
-    p.add_argument("model", metavar="DIR", help="a fine-tuned model directory (as `albertlm predict --model` takes)")
+    p.add_argument("model", metavar="DIR", help="a fine-tuned model directory (as `albertlm predict --model` takes); "
+                   "a pretrained or sentence-transformers one serves the embedding routes only")
     add_dataclass_options(p, ServeSettings, "server")
 
 

@@ -1,113 +1,49 @@
 """The HTTP application of `albertlm serve`: routes, request limits and the API key.
 
-    POST /predict   {"inputs": "text"} -> one answer; {"inputs": ["text", ["text_a", "text_b"], ...]} -> a list
-    GET  /health    {"status": "ok"} (never needs the API key)
-    GET  /info      the model, its backend and early exit, the limits
-    GET  /metrics   Prometheus text (metrics.py)
+    POST /predict         {"inputs": "text"} -> one answer; {"inputs": ["text", ["text_a", "text_b"], ...]} -> a list
+    POST /embed           {"inputs": "text" | [...], "normalize": bool} -> a list of vectors (TEI's shape)
+    POST /v1/embeddings   {"input": "text" | [...], "model": ...} -> OpenAI's {"object": "list", "data": [...], ...}
+    GET  /health          {"status": "ok"} (never needs the API key)
+    GET  /info            the model, its backend, early exit and embeddings, the limits
+    GET  /metrics         Prometheus text (metrics.py)
 
 Every refusal is a JSON object {"error": one line, "error_type": ...}: 401 without the API key, 413 for
 a body over --max-body-bytes or more than --max-inputs inputs, 422 for a body that is not the JSON
-above (naming the field, e.g. `inputs[2]: expected a string or a pair of strings`), 429 when
---max-queue requests are already waiting, 503 while shutting down, 500 when the model fails. The
-request's inputs are checked whole before any is queued, so one bad input never fails a batch.
+above (bodies.py, naming the field, e.g. `inputs[2]: expected a string or a pair of strings`), 429
+when --max-queue requests are already waiting, 501 for /predict on a directory without a task head,
+503 while shutting down, 500 when the model fails. The request's inputs are checked whole before any
+is queued, so one bad input never fails a batch. Every route that queues work tells the batcher the
+request is on its way (`Batcher.expect`) before it reads the body, so a batch that is not full waits
+for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import logging
 import time
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from albertlm.errors import AlbertlmError
-from albertlm.serve.batcher import Batcher, Closed, QueueFull
+from albertlm.serve.batcher import Arrival, Batcher, Closed, QueueFull
+from albertlm.serve.bodies import (EmbedRequest, RequestError, openai_answer, parse_embed, parse_inputs, parse_openai,
+                                   read_body)
 from albertlm.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
+from albertlm.serve.predictor import EMBED, PREDICT
 from albertlm.serve.settings import ServeSettings
 
-ROUTES = ("/predict", "/health", "/info", "/metrics")
+ROUTES = ("/predict", "/embed", "/v1/embeddings", "/health", "/info", "/metrics")
 """The routes metrics count by name (anything else counts as `other`)."""
 
 log = logging.getLogger("albertlm.serve")
 
 
-class RequestError(Exception):
-    """A request refused with `status` and a one-line message."""
-
-    def __init__(self, status: int, message: str, error_type: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.message, self.error_type, self.headers = status, message, error_type, headers
-
-
 def error_response(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
-
-
-# ---------------------------------------------------------------------------- the request body
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed `limit` bytes (from Content-Length
-    or while reading a chunked one)."""
-    too_long = RequestError(413, f"body: longer than {limit:,} bytes (--max-body-bytes)", "payload_too_large",
-                            {"Connection": "close"})
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise too_long
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_long
-    return bytes(body)
-
-
-def parse_inputs(body: bytes, max_inputs: int) -> tuple[list[str], bool]:
-    """The input lines of a /predict body (a pair becomes `text_a<TAB>text_b`, as predict reads it), and
-    whether the body held a single input (answered by one object rather than a list).
-
-    Raises:
-        RequestError: 422 naming the field, 413 for more than `max_inputs` inputs.
-    """
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise RequestError(422, f"body: not valid UTF-8 (byte {exc.start})", "validation") from None
-    except json.JSONDecodeError as exc:
-        raise RequestError(422, f"body: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                           "validation") from None
-    if not isinstance(data, dict) or "inputs" not in data:
-        raise RequestError(422, 'body: expected a JSON object {"inputs": ...}', "validation")
-    unknown = sorted(set(data) - {"inputs"})
-    if unknown:
-        raise RequestError(422, f"body: unknown field {unknown[0]!r} (the body takes only inputs)", "validation")
-    inputs = data["inputs"]
-    if not isinstance(inputs, (str, list)):
-        raise RequestError(422, "inputs: expected a string, or a list of strings and pairs of strings", "validation")
-    items = [inputs] if isinstance(inputs, str) else inputs
-    if len(items) > max_inputs:
-        raise RequestError(413, f"inputs: {len(items)} inputs; a request takes at most {max_inputs} (--max-inputs)",
-                           "payload_too_large")
-    return [_line(i, item) for i, item in enumerate(items)], isinstance(inputs, str)
-
-
-def _line(index: int, item: Any) -> str:
-    where = f"inputs[{index}]"
-    if isinstance(item, list) and len(item) == 2 and all(isinstance(t, str) for t in item):
-        for k, text in enumerate(item):
-            if "\t" in text:
-                raise RequestError(422, f"{where}[{k}]: a text of a pair must not hold a tab", "validation")
-        line = "\t".join(item)
-    elif isinstance(item, str):
-        line = item
-    else:
-        raise RequestError(422, f"{where}: expected a string or a pair of strings", "validation")
-    if not line.strip():
-        raise RequestError(422, f"{where}: an empty text (nothing to predict)", "validation")
-    return line
 
 
 # ---------------------------------------------------------------------------- API key and metrics
@@ -153,17 +89,18 @@ def create_app(model, settings: ServeSettings) -> FastAPI:
     """The FastAPI app serving `model`.
 
     Args:
-        model: a `ServedModel` (or anything with its `example`, `tokens`, `predict`, `describe`,
-            `patience` and `config.num_layer_calls`).
+        model: a `ServedModel` (or anything with its `run`, `example`, `tokens`, `embed_tokens`, `describe`,
+            `no_predict`, `normalize`, `patience` and `config.num_layer_calls`).
         settings: the limits and the API key.
     Returns:
         the app (its batcher in `app.state.batcher`); its lifespan starts the batcher and, at shutdown,
         answers every request it accepted.
     """
     metrics = ServeMetrics(model.config.num_layer_calls)
-    batcher = Batcher(model.predict, max_batch_tokens=settings.max_batch_tokens,
+    batcher = Batcher(model.run, max_batch_tokens=settings.max_batch_tokens,
                       max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue,
                       on_batch=metrics.batch, on_depth=metrics.queue_depth.set)
+    metrics.arriving.set_function(lambda: batcher.arriving)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -194,25 +131,48 @@ def create_app(model, settings: ServeSettings) -> FastAPI:
 
     @app.post("/predict")
     async def predict(request: Request):
-        lines, single = parse_inputs(await read_body(request, settings.max_body_bytes), settings.max_inputs)
-        try:
-            for i, line in enumerate(lines):
-                model.example(i, line)
-        except AlbertlmError as exc:
-            raise RequestError(422, str(exc), "validation") from None
-        answers = await _submit(batcher, lines, sum(model.tokens(line) for line in lines)) if lines else []
+        if model.no_predict is not None:
+            raise RequestError(501, model.no_predict, "unsupported")
+        with batcher.expect() as arrival:
+            lines, single = parse_inputs(await read_body(request, settings.max_body_bytes), settings.max_inputs)
+            try:
+                for i, line in enumerate(lines):
+                    model.example(i, line)
+            except AlbertlmError as exc:
+                raise RequestError(422, str(exc), "validation") from None
+            items = [(PREDICT, None, line) for line in lines]
+            answers = await _submit(batcher, items, sum(model.tokens(line) for line in lines), arrival) if lines else []
         if model.patience is not None:
             for a in answers:
                 metrics.exit_layers.observe(a["layers"])
         return JSONResponse(answers[0] if single else answers)
 
+    async def vectors(request: Request, parse) -> tuple[EmbedRequest, list, int]:
+        """(the parsed request, its vectors, the tokens they were computed from)."""
+        with batcher.expect() as arrival:
+            asked = parse(await read_body(request, settings.max_body_bytes), settings.max_inputs)
+            normalize = model.normalize if asked.normalize is None else asked.normalize
+            tokens = sum(model.embed_tokens(asked.texts))
+            items = [(EMBED, normalize, text) for text in asked.texts]
+            return asked, (await _submit(batcher, items, tokens, arrival) if items else []), tokens
+
+    @app.post("/embed")
+    async def embed(request: Request):
+        _, rows, _ = await vectors(request, parse_embed)
+        return JSONResponse([v.tolist() for v in rows])
+
+    @app.post("/v1/embeddings")
+    async def openai_embeddings(request: Request):
+        asked, rows, tokens = await vectors(request, parse_openai)
+        return JSONResponse(openai_answer(asked, rows, tokens, model.model_dir))
+
     return app
 
 
-async def _submit(batcher: Batcher, lines: list[str], tokens: int) -> list:
+async def _submit(batcher: Batcher, items: list, tokens: int, arrival: Arrival) -> list:
     """The batcher's answers, its refusals as RequestErrors."""
     try:
-        return await batcher.submit(lines, tokens)
+        return await batcher.submit(items, tokens, arrival)
     except QueueFull as exc:
         raise RequestError(429, f"the server is busy: {exc}; retry later", "overloaded", {"Retry-After": "1"}) from None
     except Closed as exc:

@@ -1,13 +1,17 @@
 """Dynamic batching: requests from concurrent clients merged into one model call, then split back.
 
-One asyncio task takes the queue's requests in arrival order. The first request of a batch waits up to
-`max_wait_s` for others to join; the batch closes early once the waiting requests hold
-`max_batch_tokens`, and takes whole requests while they fit (a request larger than the cap runs
-alone). The model runs in one worker thread, so the event loop keeps accepting and refusing requests
-while it computes, and batches never overlap. The queue is bounded: `submit` refuses a request
-(`QueueFull`) when `max_queue` requests are already waiting. `stop_taking` (on SIGTERM) refuses new
-requests and runs the waiting ones at once; `close` does the same and returns once every accepted
-request has its answer. Pure asyncio: no HTTP here.
+One asyncio task takes the queue's requests in arrival order and runs them in one worker thread, one
+batch at a time, so the event loop keeps accepting and refusing requests while the model computes.
+When the worker is free, the next batch takes every waiting request while they fit `max_batch_tokens`
+(a request larger than the cap runs alone) and runs at once, with one exception: if that batch is
+not full and some request is known to be on its way (`expect`: the HTTP layer has its headers and is
+reading or checking its body), the batch waits for it, at most `max_wait_s`. A lone request on an
+idle server therefore never waits, and requests that arrive while a batch runs are taken together by
+the next one; nothing waits on a timer for clients that may never come.
+
+The queue is bounded: `submit` refuses a request (`QueueFull`) when `max_queue` requests are already
+waiting. `stop_taking` (on SIGTERM) refuses new requests and runs the waiting ones at once; `close`
+does the same and returns once every accepted request has its answer. Pure asyncio: no HTTP here.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +40,34 @@ class _Job:
     future: asyncio.Future
 
 
+class Arrival:
+    """A request on its way to `Batcher.submit` (from `Batcher.expect`): while it is open, a batch that is
+    not full waits for it, at most max_wait_s. `submit` closes it, and so does leaving its `with` block
+    (a request refused before it was queued)."""
+
+    def __init__(self, batcher: Batcher):
+        self._batcher, self.open = batcher, True
+
+    def close(self) -> None:
+        """No longer on its way (queued, or refused): a batch waiting for it need not wait any more."""
+        if self.open:
+            self.open = False
+            self._batcher._arrived()
+
+    def __enter__(self) -> Arrival:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Batcher:
     """Merge concurrent `submit` calls into batches for `run`.
 
     Args:
         run: items -> one result per item, in order; called in a worker thread, one batch at a time.
         max_batch_tokens: tokens a batch holds at most (a larger request runs alone).
-        max_wait_s: how long the first request of a batch waits for more.
+        max_wait_s: how long a batch that is not full waits for requests known to be on their way (`expect`).
         max_queue: requests waiting at most.
         on_batch: called on the event loop after each batch with (requests, items, tokens, seconds) (metrics).
         on_depth: called with the number of waiting requests whenever it changes (metrics).
@@ -56,6 +82,7 @@ class Batcher:
         self.on_depth = on_depth or (lambda depth: None)
         self._queue: collections.deque[_Job] = collections.deque()
         self._queued_tokens = 0
+        self._arriving = 0
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -66,6 +93,26 @@ class Batcher:
     def depth(self) -> int:
         """Requests waiting (not yet in a running batch)."""
         return len(self._queue)
+
+    @property
+    def arriving(self) -> int:
+        """Requests announced by `expect` and not yet queued or refused."""
+        return self._arriving
+
+    def expect(self) -> Arrival:
+        """Announce a request that will be submitted soon (its body is being read and checked), so that a
+        batch that is not full waits for it rather than running without it. Call on the event loop.
+
+        Returns:
+            the Arrival; pass it to `submit`, or close it (a `with` block) when the request is refused.
+        """
+        self._arriving += 1
+        return Arrival(self)
+
+    def _arrived(self) -> None:
+        self._arriving -= 1
+        if self._wakeup is not None:
+            self._wakeup.set()  # a batch waiting for it looks again
 
     def start(self) -> None:
         """Start the batching task on the running event loop."""
@@ -83,26 +130,28 @@ class Batcher:
         self._closing = True
         self._wakeup.set()
 
-    async def submit(self, items: Sequence[Any], tokens: int) -> list:
+    async def submit(self, items: Sequence[Any], tokens: int, arrival: Arrival | None = None) -> list:
         """The results of `run` for `items`, once the batch holding them has run.
 
         Args:
             items: the request's inputs (at least one).
             tokens: what they cost against max_batch_tokens.
+            arrival: the request's announcement (`expect`), closed once the request is queued or refused.
         Raises:
             QueueFull: max_queue requests are waiting.
             Closed: the batcher is shutting down.
             Exception: whatever `run` raised for the batch.
         """
-        if self._closing or self._task is None:
-            raise Closed("the server is shutting down")
-        if len(self._queue) >= self.max_queue:
-            raise QueueFull(f"{len(self._queue)} requests are waiting (--max-queue {self.max_queue})")
-        job = _Job(items, tokens, asyncio.get_running_loop().create_future())
-        self._queue.append(job)
-        self._queued_tokens += tokens
-        self.on_depth(len(self._queue))
-        self._wakeup.set()
+        with arrival or contextlib.nullcontext():  # queued first, then no longer on its way: no await between
+            if self._closing or self._task is None:
+                raise Closed("the server is shutting down")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are waiting (--max-queue {self.max_queue})")
+            job = _Job(items, tokens, asyncio.get_running_loop().create_future())
+            self._queue.append(job)
+            self._queued_tokens += tokens
+            self.on_depth(len(self._queue))
+            self._wakeup.set()
         return await job.future
 
     async def close(self) -> None:
@@ -126,10 +175,11 @@ class Batcher:
                 await self._run(jobs)
 
     async def _gather(self) -> None:
-        """Wait until the queue holds a full batch, the first request has waited max_wait_s, or closing."""
+        """Wait while the waiting requests do not fill a batch and more are known to be on their way, at most
+        max_wait_s; return at once when none is on its way (a lone request runs now) or when closing."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait_s
-        while not self._closing and self._queued_tokens < self.max_batch_tokens:
+        while not self._closing and self._arriving > 0 and self._queued_tokens < self.max_batch_tokens:
             left = deadline - loop.time()
             if left <= 0:
                 return

@@ -6,6 +6,8 @@
     albertlm_batch_tokens                    tokens of each batch (pieces plus 3 per input)
     albertlm_batch_seconds                   time the model took per batch
     albertlm_queue_depth                     requests waiting for the model now
+    albertlm_requests_arriving               requests being read and checked, not yet queued (a batch
+                                             that is not full waits for them)
     albertlm_early_exit_layers               layers each input ran under early exit (--patience)
 """
 
@@ -43,6 +45,8 @@ class ServeMetrics:
         self.batch_seconds = Histogram("albertlm_batch_seconds", "Seconds the model took for one batch",
                                        buckets=_SECONDS, registry=r)
         self.queue_depth = Gauge("albertlm_queue_depth", "Requests waiting for the model", registry=r)
+        self.arriving = Gauge("albertlm_requests_arriving", "Requests being read and checked, not yet queued",
+                              registry=r)
         self.exit_layers = Histogram("albertlm_early_exit_layers", "Layers each input ran under early exit",
                                      buckets=tuple(range(1, layers + 1)), registry=r)
 

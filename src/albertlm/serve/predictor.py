@@ -1,7 +1,15 @@
-"""The server's one dependency on the inference code: a fine-tuned directory loaded once
-(`inference.load.load_model_dir`), predicting a batch of input lines with `inference.predict.predict_batch`,
-the path `albertlm predict` takes, so every answer's `line` is what predict prints for it.
-tests/test_serve.py checks every served answer against `predict_lines`.
+"""The server's one dependency on the inference code: a model directory loaded once.
+
+  - predictions: a fine-tuned directory (`inference.load.load_model_dir`, torch, int8 or an exported ONNX
+    file), a batch of input lines predicted with `inference.predict.predict_batch`, the path `albertlm
+    predict` takes, so every answer's `line` is what predict prints for it;
+  - embeddings: any directory `albertlm embed` reads (`inference.embed.load_embedder`: pretrained,
+    fine-tuned or sentence-transformers), texts encoded by `Embedder.encode`, the path `albertlm embed`
+    takes. A directory without a task head serves embeddings only (`no_predict` says why).
+
+`run` is what the batcher calls: a batch of tagged items (`Item`), predictions and embeddings each
+computed in one call, the results back in item order. tests/test_serve.py checks every served answer
+against `predict_lines` and every served vector against `albertlm embed`.
 """
 
 from __future__ import annotations
@@ -9,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.serve.settings import ServeSettings
@@ -19,35 +29,70 @@ SPECIAL_TOKENS = 3
 PREDICT_BATCH = 64
 """Features per forward pass at least: `albertlm predict`'s default --batch-size."""
 
+PREDICT, EMBED = "predict", "embed"
+Item = tuple[str, Any, str]
+"""One input of a batch: (PREDICT, None, input line) or (EMBED, normalize, text)."""
+
 
 class ServedModel:
-    """A fine-tuned directory ready to predict: `predict(lines)` gives one answer per line.
+    """A model directory ready to serve: `predict(lines)` gives one answer per line (a fine-tuned directory),
+    `embed(texts, normalize)` one vector per text (any ALBERT directory).
 
     Args:
-        model_dir: the fine-tuned directory.
-        settings: the server's settings (device, int8, patience).
+        model_dir: a fine-tuned directory, or (embeddings only) a pretrained or sentence-transformers one.
+        settings: the server's settings (device, int8, onnx, patience, pooling, normalize).
     Raises:
-        AlbertlmError: not a fine-tuned directory, --patience on a model without exit heads, int8 off the CPU.
+        AlbertlmError: not a model directory, --patience on a model without exit heads, --onnx or --patience
+            on a directory without a task head, int8 off the CPU, --pooling pooler without a pooler.
     """
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings):
+        from albertlm.inference.embed import EmbedSettings, load_embedder
         from albertlm.inference.load import load_model_dir
 
         if not Path(model_dir).is_dir():
             raise AlbertlmError(f"{model_dir}: not a model directory")
         self.model_dir = str(model_dir)
         int8 = settings.int8_backend if settings.int8 else None
-        self.loaded = load_model_dir(model_dir, device=settings.device, int8=int8, patience=settings.patience,
-                                     regression_threshold=settings.regression_threshold)
-        self.config, self.tokenizer, self.family = self.loaded.config, self.loaded.tokenizer, self.loaded.family
-        self.head, self.device, self.patience = self.loaded.arch, self.loaded.device, settings.patience
-        self.features = self.loaded.settings()
-        self.labels = self.loaded.labels
-        # a batch the batcher merged runs as one forward pass up to --max-batch-tokens of features; one
-        # request that is larger alone (a long text's windows) runs in passes of that size
-        self.forward_batch = max(PREDICT_BATCH, settings.max_batch_tokens // self.features.max_seq_length)
-        self.backend = f"int8 ({int8})" if int8 else "fp32"
+        self.no_predict = predict_refusal(model_dir)
+        """Why /predict is not served (a directory without a task head), or None."""
+        self.loaded = None
+        if self.no_predict is None:
+            self.loaded = load_model_dir(model_dir, device=settings.device, int8=int8, patience=settings.patience,
+                                         regression_threshold=settings.regression_threshold, onnx=settings.onnx)
+        else:
+            for flag, on in (("--onnx", settings.onnx is not None), ("--patience", settings.patience is not None)):
+                if on:
+                    raise AlbertlmError(f"{flag} needs a fine-tuned directory: {self.no_predict}")
+        device = self.loaded.device.type if self.loaded is not None else settings.device
+        self.embedder = load_embedder(model_dir, EmbedSettings(pooling=settings.pooling, normalize=settings.normalize,
+                                                               device=device, int8=settings.int8,
+                                                               int8_backend=settings.int8_backend, progress=False))
+        self.normalize = self.embedder.normalize
+        """Whether vectors are normalised when a request does not say."""
+        self._embedders = {self.normalize: self.embedder, not self.normalize: renormalized(self.embedder)}
+        self.patience = settings.patience
+        self.backend = "onnx" if settings.onnx is not None else f"int8 ({int8})" if int8 else "fp32"
+        self.onnx = settings.onnx
+        if self.loaded is not None:
+            self.config, self.tokenizer, self.family = self.loaded.config, self.loaded.tokenizer, self.loaded.family
+            self.head, self.device = self.loaded.arch, self.loaded.device
+            self.features = self.loaded.settings()
+            self.labels = self.loaded.labels
+            # a batch the batcher merged runs as one forward pass up to --max-batch-tokens of features; one
+            # request that is larger alone (a long text's windows) runs in passes of that size
+            self.forward_batch = max(PREDICT_BATCH, settings.max_batch_tokens // self.features.max_seq_length)
+        else:
+            self.config, self.tokenizer, self.family = self.embedder.model.config, self.embedder.vocabulary, None
+            self.head, self.device, self.features, self.labels = None, self.embedder.device, None, None
+            self.forward_batch = None
 
+    @property
+    def title(self) -> str:
+        """What the startup line calls the model: its head, or what serves embeddings only."""
+        return self.head or "embeddings only (/embed, /v1/embeddings)"
+
+    # ------------------------------------------------------------------------ predictions
     def example(self, index: int, line: str) -> Any:
         """The family's example for one input line, or a one-line error naming `inputs[index]`."""
         try:
@@ -64,10 +109,12 @@ class ServedModel:
         prediction as fields (`answer_fields`), and `"layers"` run under early exit.
 
         Raises:
-            AlbertlmError: a line the family cannot parse, or non-finite outputs.
+            AlbertlmError: no task head (`no_predict`), a line the family cannot parse, or non-finite outputs.
         """
         from albertlm.inference.predict import predict_batch
 
+        if self.no_predict is not None:
+            raise AlbertlmError(self.no_predict)
         for i, line in enumerate(lines):
             self.example(i, line)  # a bad input is named as the request's, before any work
         predictions = predict_batch(self.loaded, lines, self.forward_batch)
@@ -77,14 +124,85 @@ class ServedModel:
                 a["layers"] = n
         return answers
 
+    # ------------------------------------------------------------------------ embeddings
+    def embed_tokens(self, texts: list[str]) -> list[int]:
+        """The tokens each text is embedded with ([CLS] and [SEP] included, after truncation)."""
+        return [len(ids) for ids in self.embedder.inputs(texts)]
+
+    def embed(self, texts: list[str], normalize: bool | None = None) -> np.ndarray:
+        """float32 [N, H], row i for texts[i], as `albertlm embed` computes it.
+
+        Args:
+            texts: the texts (an empty one gets the vector of `[CLS] [SEP]`).
+            normalize: unit-length vectors; None: the server's default (`self.normalize`).
+        Raises:
+            AlbertlmError: NaN or infinity in the vectors.
+        """
+        from albertlm.inference.embed import EmbedSettings
+
+        embedder = self._embedders[self.normalize if normalize is None else normalize]
+        return embedder.encode(texts, EmbedSettings.batch_size)
+
+    # ------------------------------------------------------------------------ the batcher's call
+    def run(self, items: list[Item]) -> list:
+        """One result per item, in order: the PREDICT items' answers from one `predict` call, the EMBED items'
+        vectors from one `embed` call per normalisation."""
+        groups: dict[tuple[str, Any], list[int]] = {}
+        for i, (kind, option, _) in enumerate(items):
+            groups.setdefault((kind, option), []).append(i)
+        out: list = [None] * len(items)
+        for (kind, option), where in groups.items():
+            inputs = [items[i][2] for i in where]
+            results = self.predict(inputs) if kind == PREDICT else list(self.embed(inputs, option))
+            for i, result in zip(where, results, strict=True):
+                out[i] = result
+        return out
+
     def describe(self) -> dict[str, Any]:
         """What /info says about the model."""
-        return {"model_dir": self.model_dir, "task": self.config.extra.get("finetuning_task"), "head": self.head,
-                "family": self.family.name, "problem_type": self.loaded.problem_type, "labels": self.labels,
-                "backend": self.backend, "device": str(self.device),
-                "max_seq_length": self.features.max_seq_length, "forward_batch": self.forward_batch,
+        e = self.embedder
+        head = self.loaded is not None
+        return {"model_dir": self.model_dir, "task": self.config.extra.get("finetuning_task") if head else None,
+                "head": self.head, "family": self.family.name if head else None,
+                "problem_type": self.loaded.problem_type if head else None, "labels": self.labels,
+                "backend": self.backend, "onnx_file": self.onnx, "device": str(self.device),
+                "max_seq_length": self.features.max_seq_length if head else None, "forward_batch": self.forward_batch,
                 "early_exit": None if self.patience is None else {"patience": self.patience,
-                                                                  "layers": self.config.num_layer_calls}}
+                                                                  "layers": self.config.num_layer_calls},
+                "predict": self.no_predict is None, "no_predict": self.no_predict,
+                "embedding": {"pooling": e.pooling, "normalize": self.normalize, "dimensions": e.dim,
+                              "max_seq_length": e.max_seq_length, "device": str(e.device),
+                              "backend": "fp32" if self.backend == "onnx" else self.backend}}
+
+
+def predict_refusal(model_dir: str | Path) -> str | None:
+    """Why a directory answers no /predict (a pretrained or sentence-transformers one: no task head), or None
+    for a fine-tuned one (`inference.load` then checks it whole)."""
+    from albertlm.heads import HEADS
+    from albertlm.inference.load import read_architecture
+    from albertlm.st_directory import is_sentence_transformers
+
+    if is_sentence_transformers(model_dir):
+        what = "a sentence-transformers directory"
+    else:
+        arch, _ = read_architecture(model_dir)
+        if arch in HEADS:
+            return None
+        what = f"an {arch}"
+    return (f"{model_dir} holds {what}, which has no task head: this server answers /embed and /v1/embeddings "
+            "only (serve a fine-tuned directory for /predict)")
+
+
+def renormalized(embedder):
+    """The same embedder (weights shared, same pooling and inputs) with normalisation flipped: a request's
+    `normalize` picks one of the two, both computed by `albertlm embed`'s module."""
+    from albertlm.inference.embed import Embedder
+    from albertlm.pooling import SentenceEmbedder
+
+    flipped = not embedder.normalize
+    model = SentenceEmbedder(embedder.model.albert, embedder.pooling, flipped).eval()
+    return Embedder(model, embedder.vocabulary, embedder.max_seq_length, lower_case=embedder.lower_case,
+                    pooling=embedder.pooling, normalize=flipped, device=embedder.device)
 
 
 def answer_fields(result: dict[str, Any]) -> dict[str, Any]:

@@ -79,15 +79,15 @@ def _server_class():
 
 def serve(model_dir: str | Path, settings: ServeSettings, log=lambda line: print(line, file=sys.stderr, flush=True)
           ) -> None:
-    """Serve a fine-tuned directory over HTTP until SIGTERM (then exit cleanly) or Ctrl-C.
+    """Serve a model directory over HTTP until SIGTERM (then exit cleanly) or Ctrl-C.
 
     Args:
-        model_dir: the fine-tuned directory.
+        model_dir: a fine-tuned directory, or (embeddings only) a pretrained or sentence-transformers one.
         settings: host, port, backend and limits.
         log: where the one `serving ... on http://HOST:PORT` line goes once the port is bound.
     Raises:
-        AlbertlmError: a server package missing, not a fine-tuned directory, or an address that cannot
-            be bound.
+        AlbertlmError: a server package missing, not a model directory, flags the directory cannot take, or
+            an address that cannot be bound.
     """
     check_server_packages()
     import uvicorn
@@ -99,7 +99,7 @@ def serve(model_dir: str | Path, settings: ServeSettings, log=lambda line: print
     sock = bind(settings.host, settings.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    log(f"albertlm serve: {model.head} from {model_dir} ({model.backend}, {model.device}"
+    log(f"albertlm serve: {model.title} from {model_dir} ({model.backend}, {model.device}"
         + (f", patience {model.patience}" if model.patience is not None else "") + f") on http://{shown}:{port}")
     app = create_app(model, settings)
     config = uvicorn.Config(app, log_level="info", lifespan="on", timeout_graceful_shutdown=None)

@@ -3,12 +3,17 @@ bounded. A plain dataclass (no server packages imported), so `albertlm serve --h
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import typing
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD
 from albertlm.errors import AlbertlmError
+from albertlm.inference.embed import EmbedSettings
+from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD
 from albertlm.utils import check_field_types
+
+Pooling = typing.get_type_hints(EmbedSettings)["pooling"]
+"""The pooling modes `albertlm embed --pooling` takes (or None: the directory's own)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,15 @@ class ServeSettings:
     """CPU only: run a copy with dynamic int8 Linear layers (see docs/serving.md on batches and int8)."""
     int8_backend: Literal["fbgemm", "torchao"] = "fbgemm"
     """int8 kernels, as `albertlm predict --int8-backend`."""
+    onnx: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """Answer /predict with this exported graph (`albertlm export --format onnx DIR FILE`) run by onnxruntime on
+    the CPU; DIR still gives the tokenizer, labels and input settings (embeddings still run DIR's weights)."""
+    pooling: Pooling = None
+    """Embedding routes: cls, pooler, mean or max over the last layer, as `albertlm embed --pooling`; unset: a
+    sentence-transformers directory's own, else mean."""
+    normalize: bool | None = None
+    """Embedding routes: unit-length vectors for requests that do not say (`normalize` in the body); unset: a
+    sentence-transformers directory's own choice, else off, as `albertlm embed`."""
     patience: int | None = None
     """Early exit (a model fine-tuned with --early-exit): stop each input once its prediction has held for this
     many layers; none runs every layer."""
@@ -33,10 +47,11 @@ class ServeSettings:
     api_key: str | None = None
     """Require `Authorization: Bearer KEY` on every route but /health."""
     max_batch_tokens: int = 8192
-    """Merge concurrent requests into one model batch of at most this many tokens (an input counts its pieces
-    plus 3); a request larger than that runs alone."""
+    """Merge concurrent requests into one model batch of at most this many tokens (a /predict input counts its
+    pieces plus 3, an embedding input its tokens as embedded); a request larger than that runs alone."""
     max_wait_ms: float = 5.0
-    """How long the first request of a batch waits for others to join it."""
+    """How long a batch that is not full waits for requests already arriving (being read); a lone request on an
+    idle server never waits."""
     max_queue: int = 256
     """Requests waiting for the model at most; more are refused with 429."""
     max_inputs: int = 64
@@ -65,6 +80,21 @@ class ServeSettings:
             raise AlbertlmError(f"--regression-threshold must not be negative, got {self.regression_threshold:g}")
         if self.int8 and self.device == "cuda":
             raise AlbertlmError("--int8 runs on the CPU; drop --device cuda")
+        if self.onnx is not None:
+            self._check_onnx()
+
+    def _check_onnx(self) -> None:
+        """--onnx runs the exported graph on the CPU, as exported: the flags that change the torch model refused."""
+        if not self.onnx:
+            raise AlbertlmError("--onnx must name a file (albertlm export --format onnx DIR FILE writes one)")
+        if self.int8:
+            raise AlbertlmError("--onnx runs the graph as exported; drop --int8 (albertlm export --int8 writes an "
+                                "int8 graph)")
+        if self.patience is not None:
+            raise AlbertlmError("--patience runs the torch model's exit heads and an ONNX file holds the plain head "
+                                "only; drop --patience or --onnx")
+        if self.device == "cuda":
+            raise AlbertlmError("--onnx runs on the CPU (onnxruntime); drop --device cuda")
 
     def limits(self) -> dict[str, float]:
         """The batching and request limits, as /info shows them."""
