@@ -13,8 +13,8 @@ Every script that writes results writes one envelope (`envelope`, `publish`):
     {"date": ..., "command": "python -m benchmarks.NAME ...", "machine": {...}, "wall_s": ..., "json": PATH,
      "targets": [{"target", "measured", "threshold", "op", "unit", "met"}, ...], "results": {...}}
 
-so that every results file says the command that made it, and each target's comparison is computed
-once, where it is measured. Results files from before the envelope
+so that `python -m benchmarks.index` can list every results file with the command that made it, and
+each target's comparison is computed once, where it is measured. Results files from before the envelope
 are read through `read_result`, which gives them the same shape.
 """
 

@@ -1,5 +1,6 @@
 """benchmarks/ and experiments/ as packages: every script a module with --help, none patching
-sys.path, every results file in one envelope, and every script or results path the docs name present."""
+sys.path, every results file in one envelope, the committed results index up to date, and every
+script or results path the docs name present."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import harness
+from benchmarks import harness, index
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("benchmarks", "experiments")
@@ -60,6 +61,23 @@ def test_the_envelope_carries_command_machine_and_verdicts(tmp_path):
     assert harness.read_result(out) == json.loads(out.read_text())
 
 
+def test_a_results_file_from_before_the_envelope_reads_in_its_shape(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"date": "2026-11-29", "command": "python benchmarks/bench_data.py --workers 2",
+                               "builds": {"1x": 1}, "per_worker_fraction_of_raw": 0.29}))
+    result = harness.read_result(old)
+    assert list(result) == list(harness.ENVELOPE) and result["targets"] == []
+    assert result["results"] == {"builds": {"1x": 1}, "per_worker_fraction_of_raw": 0.29}
+    assert index.current_command(result["command"]) == "python -m benchmarks.bench_data --workers 2"
+
+
+def test_recorded_commands_read_as_they_run_today():
+    assert index.current_command("benchmarks/finetune_real.py --threads 1") == "python -m experiments.finetune_real --threads 1"
+    assert (index.current_command("python -m benchmarks.transfer_diagnostics --model M")
+            == "python -m experiments.transfer_diagnostics --model M")
+    assert index.current_command("albertlm pretrain") == "albertlm pretrain"
+
+
 def test_latency_rounds_alternate_variants_round_by_round():
     calls = []
     runs = {"a": "A", "b": "B"}
@@ -67,6 +85,20 @@ def test_latency_rounds_alternate_variants_round_by_round():
     assert calls == ["A", "B"] * 3  # the warm-up round, then 2 timed rounds in alternation
     assert [len(times[v]["one"]) for v in runs] == [2, 2]
     assert set(harness.time_rounds(runs, {"one": calls.append}, 1)["a"]) == {"one"}
+
+
+def test_the_results_index_is_up_to_date():
+    """benchmarks/results/INDEX.md is what `python -m benchmarks.index` writes from the results and the docs."""
+    assert index.INDEX.read_text(encoding="utf-8") == index.render(), "run python -m benchmarks.index"
+
+
+def test_the_index_lists_every_results_file_and_links_sections_that_exist():
+    text = index.INDEX.read_text(encoding="utf-8")
+    for path in index.results_files():
+        assert f"[{path.relative_to(index.RESULTS)}]" in text
+    anchors = {(s.doc, s.anchor) for doc in (REPO / "docs").glob("*.md") for s in index.sections(doc)}
+    for doc, tag in re.findall(r"\]\(\.\./\.\./(docs/[\w-]+\.md)#([^)]+)\)", text):
+        assert (doc, tag) in anchors, (doc, tag)
 
 
 def test_every_script_and_results_path_the_docs_name_exists():
@@ -80,3 +112,17 @@ def test_every_script_and_results_path_the_docs_name_exists():
             if not (REPO / path).exists() and not re.search(r"<|\*", path):
                 missing.append(f"{doc.name}: {path}")
     assert missing == []
+
+
+def test_every_section_link_in_the_docs_resolves():
+    """Links to a heading (`(file.md#anchor)`, `(#anchor)`) point at a heading that exists, GitHub's way."""
+    anchors = {}
+    broken = []
+    for doc in DOCS:
+        for target, tag in re.findall(r"\]\(([\w./-]*\.md|)#([\w-]+)\)", doc.read_text(encoding="utf-8")):
+            path = (doc.parent / target).resolve() if target else doc
+            if path not in anchors:
+                anchors[path] = {s.anchor for s in index.sections(path)} if path.is_file() else set()
+            if tag not in anchors[path]:
+                broken.append(f"{doc.name}: {target}#{tag}")
+    assert broken == []
