@@ -364,8 +364,9 @@ class Target:
 
 
 def targets_markdown(targets: list[dict]) -> list[str]:
-    """The targets (as `Target.as_dict` wrote them) as a markdown table."""
-    lines = ["| target | measured | threshold | met |", "|---|---|---|---|"]
+    """The targets (as `Target.as_dict` wrote them) as a markdown table: what this run measured (the
+    verdict of a goal over all runs is written once, in docs/benchmarks.md's "Targets")."""
+    lines = ["| target | measured | threshold | this run |", "|---|---|---|---|"]
     for t in targets:
         v = t["measured"]
         if v is None:

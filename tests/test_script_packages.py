@@ -126,3 +126,14 @@ def test_every_section_link_in_the_docs_resolves():
             if tag not in anchors[path]:
                 broken.append(f"{doc.name}: {target}#{tag}")
     assert broken == []
+
+
+def test_each_benchmark_target_has_its_verdict_in_one_section():
+    """docs/benchmarks.md says "met" / "not met" only under "Targets: one verdict each"; the dated
+    sections record what each run measured and link there."""
+    verdict = re.compile(r"\*\*(?:not )?met\b|\bnot met\b|: met\b|\bunmet\b")
+    sections = index.sections(REPO / "docs" / "benchmarks.md")
+    inside = {"Targets: one verdict each"} | {s.title for s in sections if s.title.startswith("Target: ")}
+    assert len(inside) > 5
+    stray = [s.title for s in sections if s.title not in inside and verdict.search(s.text)]
+    assert stray == []
