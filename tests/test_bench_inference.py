@@ -75,3 +75,17 @@ def test_one_run_gives_every_row_and_target(tmp_path):
          "--out", str(rounds_out)]) == 0
     spread = json.loads(rounds_out.read_text())["results"]
     assert len(spread["speedup_per_round"]) == 2 and spread["speedup_min"] <= spread["speedup_median"]
+
+
+def test_quantize_onnx_targets_judge_each_int8_backend_within_one_point():
+    from benchmarks import quantize_onnx
+
+    row = lambda acc, speedup, diff=0.0: {"metrics": {"accuracy": acc}, "batch1_speedup": speedup,
+                                          "max_abs_logit_diff_vs_ours_fp32": diff}
+    result = {"finetuned": {"task": "sst-2", "export": {"ours (dynamo, no folding, weight transposes folded once)": 1.0},
+                            "variants": {"ours fp32": row(0.64, 1.0), "ours int8 (fbgemm)": row(0.635, 2.1),
+                                         "ours int8 (torchao)": row(0.62, 2.5), "ORT fp32": row(0.64, 2.7, 1e-6)}}}
+    got = {t.name.split(":")[0]: t for t in quantize_onnx.targets(result)}
+    assert got["ours int8 (fbgemm)"].met is True  # 2.1x at -0.5 point
+    assert got["ours int8 (torchao)"].measured is None  # 2 points below fp32: not within 1
+    assert got["ONNX"].met is True and got["onnxruntime fp32"].met is True
