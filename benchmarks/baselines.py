@@ -8,9 +8,9 @@ folders and writes one JSON report (or a markdown table). Every number is x100, 
 metric on its own reader's examples, as `albertlm evaluate` prints it. Tasks without a training
 split here (QNLI, LCQMC) are skipped with a note.
 
-    python benchmarks/baselines.py --data DATA --out benchmarks/results/baselines.json
-    python benchmarks/baselines.py --data DATA --tasks sst-2 conll2003 --markdown
-    python benchmarks/baselines.py --data DATA --embedding --markdown
+    python -m benchmarks.baselines --data DATA --out benchmarks/results/baselines.json
+    python -m benchmarks.baselines --data DATA --tasks sst-2 conll2003 --markdown
+    python -m benchmarks.baselines --data DATA --embedding --markdown
 
 With --embedding it runs instead the tf-idf cosine baseline of the sentence-embedding metrics
 (`albertlm.tasks.baselines.embedding_baseline`: STS-B Spearman and Pearson, pair accuracy at the best
@@ -22,9 +22,10 @@ DATA is wherever the public task data lives, one folder per task in its usual la
 writes it as `DATA` (the command, the data root, every message), so a results file names no folder
 outside the repository.
 
-Output: one JSON object on stdout (or, with --markdown, a table), and in --out when given: the
-date, command and machine; per task the split sizes, the main metric and each baseline's score
-and fit time (featurizing the training split included; wall seconds on a possibly shared machine).
+Output: the results envelope (benchmarks/harness.py: date, command, machine) on stdout (or, with
+--markdown, a table), and in --out when given; its results hold per task the split sizes, the main
+metric and each baseline's score and fit time (featurizing the training split included; wall seconds
+on a possibly shared machine).
 
 Needs scikit-learn, an optional extra: `pip install 'albertlm[bench]'`.
 """
@@ -32,9 +33,7 @@ Needs scikit-learn, an optional extra: `pip install 'albertlm[bench]'`.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -44,9 +43,7 @@ from albertlm.tasks.baselines import (BASELINES, COUNTS, SPLIT, baseline_scores,
                                       require_sklearn)
 from albertlm.tasks.pairs import NOT_FRACTIONS
 from albertlm.tasks.registry import get_task
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine, write_json  # noqa: E402  (a sibling script, not a package)
+from benchmarks.harness import envelope, publish
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # registry name -> the task's usual folder under the data root (shared/data/README.md)
@@ -56,8 +53,9 @@ FOLDERS = {"sst-2": "SST-2", "cola": "CoLA", "mrpc": "MRPC", "rte": "RTE", "sts-
 
 
 # ---------------------------------------------------------------------------- the report
-def markdown(result: dict) -> str:
-    """The results as a markdown table, one row per task and baseline, then the skipped tasks."""
+def markdown(env: dict) -> str:
+    """A result (an envelope) as a markdown table, one row per task and baseline, then the skipped tasks."""
+    result = env["results"]
     lines = ["| task | train / dev | metric | baseline | dev score | also | fit s |", "|---|---|---|---|---|---|---|"]
     for t in result["tasks"]:
         for name, b in t["baselines"].items():
@@ -76,8 +74,9 @@ EMBEDDING_TASKS = ("sts-b", "mrpc", "qnli", "lcqmc", "afqmc")
 """The pair tasks whose embedding baseline is run by default (where their folder exists)."""
 
 
-def embedding_markdown(result: dict) -> str:
-    """The embedding baselines as a markdown table, one row per task, then the skipped tasks."""
+def embedding_markdown(env: dict) -> str:
+    """The embedding baselines (an envelope) as a markdown table, one row per task, then the skipped tasks."""
+    result = env["results"]
     lines = ["| task | fit on | scored | Spearman | Pearson | accuracy (threshold) | R@1 | R@10 | MRR | queries |",
              "|---|---|---|---|---|---|---|---|---|---|"]
 
@@ -150,9 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     def as_data(text: str) -> str:  # the data root as DATA: it is the user's folder, not the repository's
         return text.replace(str(data), "DATA")
 
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "command": shlex.join(["python", "benchmarks/baselines.py", *shown_argv]),
-              "machine": machine(), "scikit_learn": sklearn.__version__,
+    result = {"scikit_learn": sklearn.__version__,
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "data": "DATA", "split": SPLIT,
               "units": "metric x100, as albertlm evaluate prints it", "baselines": BASELINES, "tasks": [],
               "skipped": []}
@@ -175,9 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         result["tasks"].append({"folder": folder, **scores})
         shown = ", ".join(f"{k} {'-' if b['value'] is None else b['value']}" for k, b in scores["baselines"].items())
         print(f"{task} ({scores['metric']}): {shown}", file=sys.stderr, flush=True)
-    result["wall_s"] = round(time.perf_counter() - start, 1)
-    text = write_json(result, args.out)
-    print((embedding_markdown(result) if args.embedding else markdown(result)) if args.markdown else text)
+    publish(envelope("benchmarks.baselines", shown_argv, result, started=start), args.out,
+            (embedding_markdown if args.embedding else markdown) if args.markdown else None)
     return 0
 
 

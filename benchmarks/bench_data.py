@@ -13,9 +13,10 @@ with a fixed seed) is written as lines, JSON lines, Parquet and Arrow, and each 
 process: tokens/s, peak RSS, input and output bytes on disk, and seconds to the first shard.
 
 Usage:
-    python benchmarks/bench_data.py [--workers 2] [--vocab 8000] [--seq 128] [--out benchmarks/results/data.json]
-    python benchmarks/bench_data.py --scale 2000 --workers 16 --out benchmarks/results/data-scale.json
-Prints JSON; `--markdown` also prints a table row block for docs/benchmarks.md.
+    python -m benchmarks.bench_data [--workers 2] [--vocab 8000] [--seq 128] [--out benchmarks/results/data.json]
+    python -m benchmarks.bench_data --scale 2000 --workers 16 --out benchmarks/results/data-scale.json
+Prints the results envelope (benchmarks/harness.py; targets: per-worker throughput at least 25% of raw
+SentencePiece, peak memory at 4x the corpus under 1.3x that at 1x), and writes it to --out.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import Target, envelope, publish
 
 
 def _build_child(corpus: str, tok: str, out: str, seq: int, workers: int, shard_examples: int = 65536) -> dict:
@@ -158,7 +160,7 @@ def scale(args: argparse.Namespace, work: Path, tok: Path) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8000)
@@ -170,7 +172,8 @@ def main() -> None:
                     help="formats of --scale (default: all)")
     ap.add_argument("--shard-examples", type=int, default=65536, help="examples per shard (--scale)")
     ap.add_argument("--work", default=None, help="folder for the corpus and builds (default: a new temporary one)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
 
     from albertlm.data.corpus import Corpus
     from albertlm.tokenizer import train_tokenizer
@@ -180,18 +183,14 @@ def main() -> None:
     tok = work / "tok"
     train_tokenizer(Corpus("kjv").sentences, tok, vocab_size=args.vocab)
     if args.scale is not None:
-        result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.processor() or ''} "
-                  f"{__import__('os').cpu_count()} CPUs", "python": platform.python_version(), "vocab": args.vocab,
-                  **scale(args, work, tok)}
-        _emit(result, args.out)
-        return
+        result = {"vocab": args.vocab, **scale(args, work, tok)}
+        publish(envelope("benchmarks.bench_data", argv, result, started=started), args.out)
+        return 0
     sentences = list(Corpus("kjv").sentences())
     (work / "kjv.txt").write_text("\n\n".join("\n".join(d.sentences) for d in Corpus("kjv").documents()) + "\n")
     (work / "kjv4.txt").write_text((work / "kjv.txt").read_text() * 4)
 
-    result = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.processor() or ''} "
-              f"{__import__('os').cpu_count()} CPUs", "python": platform.python_version(),
-              "raw_sentencepiece_1_thread": raw_sentencepiece(tok, sentences), "builds": {}}
+    result = {"raw_sentencepiece_1_thread": raw_sentencepiece(tok, sentences), "builds": {}}
     for name, corpus, workers in [("1x, 1 worker", str(work / "kjv.txt"), 1),
                                   (f"1x, {args.workers} workers", str(work / "kjv.txt"), args.workers),
                                   ("4x, 1 worker", str(work / "kjv4.txt"), 1),
@@ -205,16 +204,12 @@ def main() -> None:
                                     / result["builds"]["4x, 1 worker"]["tokens_per_s"])
     result["memory_ratio_4x_over_1x"] = (result["builds"][f"4x, {args.workers} workers"]["peak_rss_mb"]
                                          / result["builds"][f"1x, {args.workers} workers"]["peak_rss_mb"])
-    _emit(result, args.out)
-
-
-def _emit(result: dict, out: str | None) -> None:
-    text = json.dumps(result, indent=2)
-    print(text)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(text + "\n")
-
+    goals = [Target("data build: tokens/s per worker over raw SentencePiece (1x, 1 worker)",
+                    result["per_worker_fraction_of_raw"], 0.25, unit=""),
+             Target("data build: peak RSS at 4x the corpus over 1x", result["memory_ratio_4x_over_1x"], 1.3,
+                    higher_is_better=False, unit="")]
+    publish(envelope("benchmarks.bench_data", argv, result, goals, started), args.out)
+    return 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,42 +18,38 @@ so that load from other processes falls on all of them; medians are reported. Wi
 DATA (repeatable), every row is built again from another task's model and scored on that task's dev
 set: two more columns per task (its main metric, layers run), not timed.
 
-    python benchmarks/bench_inference.py --model runs/bench-early-exit/sst-2 --data DATA/SST-2 --threads 2
+    python -m benchmarks.bench_inference --model runs/bench-early-exit/sst-2 --data DATA/SST-2 --threads 2
 
-Writes benchmarks/results/inference/bench_inference-<date>.json; --markdown appends the table.
+Writes the results envelope (benchmarks/harness.py) to benchmarks/results/inference/bench_inference-<date>.json;
+--markdown appends the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import json
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from albertlm.exit_heads import EXIT_HEADS_NAME
+from albertlm.heads import AlbertForSequenceClassification
+from albertlm.inference.evaluate import task_inputs
+from albertlm.inference.exit import PatienceExit
+from albertlm.inference.onnx_backend import OnnxModel
+from albertlm.inference.post import score_outputs
+from albertlm.inference.prepack import prepack_for_cpu
+from albertlm.inference.quantize import quantize_int8, state_bytes
+from albertlm.inference.run import run_features
+from albertlm.interop.onnx import export_onnx, quantize_onnx_int8
+from benchmarks.harness import (RESULTS, Target, batch_of, envelope, publish, read_result, targets_markdown,
+                                time_rounds)
 
-from albertlm.exit_heads import EXIT_HEADS_NAME  # noqa: E402
-from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
-from albertlm.inference.evaluate import task_inputs  # noqa: E402
-from albertlm.inference.exit import PatienceExit  # noqa: E402
-from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
-from albertlm.inference.post import score_outputs  # noqa: E402
-from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
-from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
-from albertlm.inference.run import run_features  # noqa: E402
-from albertlm.interop.onnx import export_onnx, quantize_onnx_int8  # noqa: E402
-from harness import Target, append_markdown, machine, targets_markdown  # noqa: E402
-from quantize_onnx import batch_of, time_rounds  # noqa: E402
-
-RESULTS = REPO / "benchmarks" / "results" / "inference"
+RESULTS = RESULTS / "inference"
 
 
 class Autocast(torch.nn.Module):
@@ -160,8 +156,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict:
     others = [other_task(m, d, args, tmp / f"other-{k}") for k, (m, d) in enumerate(args.also or [])]
     return {"other_tasks": others, "task": spec.name, "main_metric": spec.main_metric, "dev_examples": len(examples),
             "latency_examples": len(singles), "layers": config.num_hidden_layers, "rows": rows,
-            "onnx_initializer_bytes_over_parameter_bytes": onnx_ratio,
-            "targets": targets(rows, spec.main_metric, tuple(args.patiences), config.num_hidden_layers, onnx_ratio)}
+            "onnx_initializer_bytes_over_parameter_bytes": onnx_ratio, "threads": args.threads}
 
 
 def onnx_size_ratio(path: Path, model: torch.nn.Module) -> float:
@@ -173,8 +168,11 @@ def onnx_size_ratio(path: Path, model: torch.nn.Module) -> float:
     return initializer_bytes(onnx.load(path)) / parameter_bytes(model)
 
 
-def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, onnx_ratio: float) -> list[dict]:
-    """The targets, each with its measured value (None where the accuracy condition fails)."""
+def targets(result: dict) -> list[Target]:
+    """The targets of a measurement, each with its measured value (None where the accuracy condition fails)."""
+    rows, metric, layers = result["rows"], result["main_metric"], result["layers"]
+    onnx_ratio = result["onnx_initializer_bytes_over_parameter_bytes"]
+    patiences = sorted(int(n.rsplit(" ", 1)[1]) for n in rows if n.startswith("early exit"))
     def acc(name: str) -> float:
         return 100 * rows[name]["metrics"][metric]
 
@@ -195,19 +193,21 @@ def targets(rows: dict, metric: str, patiences: tuple[int, ...], layers: int, on
         Target("onnxruntime fp32: largest logit difference from ours over dev",
                rows["onnxruntime fp32"]["max_abs_logit_diff_vs_ours_fp32"], 1e-4, higher_is_better=False, unit=""),
     ]
-    return [t.as_dict() for t in out]
+    return out
 
 
-def markdown(result: dict) -> str:
-    m, others = result["machine"], result.get("other_tasks") or []
+def markdown(env: dict) -> str:
+    """The docs/benchmarks.md section of a result (an envelope): the table of rows, then the targets."""
+    result, m = env["results"], env["machine"]
+    others = result.get("other_tasks") or []
     extra_head = "".join(f" {o['task']} dev {o['main_metric']} % | {o['task']} layers run |" for o in others)
-    lines = [f"## Cheaper inference, one table: {result['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
-             f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). {result['task']} dev: "
+    lines = [f"## Cheaper inference, one table: {env['date'][:10]}, {m['cpu']} ({result['threads']} thread(s))", "",
+             f"Command: `{env['command']}` (wall {env['wall_s'] / 60:.1f} min). {result['task']} dev: "
              f"{result['dev_examples']} examples; batch-1 latency: median over the first {result['latency_examples']}; "
              f"a {result['layers']}-layer all-shared model fine-tuned with `--early-exit`"
              + "".join(f"; {o['task']} dev: {o['dev_examples']} examples on its own model of the same shape, "
                        f"`{o['model']}` (scores only, not timed)" for o in others)
-             + f". Raw numbers: `{result['json']}`.", "",
+             + f". Raw numbers: `{env['json']}`.", "",
              f"| row | {result['task']} dev {result['main_metric']} % | layers run | batch-1 ms | vs transformers | "
              "batch-32 ex/s | vs transformers | MB on disk |" + extra_head,
              "|---|---|---|---|---|---|---|---|" + "---|---|" * len(others)]
@@ -224,12 +224,10 @@ def markdown(result: dict) -> str:
             r2 = o["rows"][name]
             row += f" {100 * r2['metrics'][o['main_metric']]:.2f} | {layers(r2, result['layers'])} |"
         lines.append(row)
-    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
+    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(env["targets"])]) + "\n"
+
 
 def main(argv: list[str] | None = None) -> int:
-    import shlex
-    import time
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="a sequence classifier fine-tuned with --early-exit (required unless --render)")
     p.add_argument("--data", help="the task's data directory (required unless --render)")
@@ -249,10 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="print the table of an earlier run (its targets recomputed from its rows) and exit")
     args = p.parse_args(argv)
     if args.render:
-        result = json.loads(args.render.read_text())
-        patiences = sorted(int(n.rsplit(" ", 1)[1]) for n in result["rows"] if n.startswith("early exit"))
-        result["targets"] = targets(result["rows"], result["main_metric"], tuple(patiences), result["layers"],
-                                    result["onnx_initializer_bytes_over_parameter_bytes"])
+        result = read_result(args.render)
+        result["targets"] = [t.as_dict() for t in targets(result["results"])]
         print(markdown(result))
         return 0
     if not (args.model and args.data):
@@ -261,17 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
         result = measure(args, Path(tmp))
-    stamp = datetime.datetime.now()
-    out = args.out or RESULTS / f"bench_inference-{stamp:%Y-%m-%d-%H%M}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result.update(date=stamp.isoformat(timespec="seconds"), machine=machine(), threads=args.threads,
-                  wall_s=time.perf_counter() - start, json=str(out.relative_to(REPO)) if out.is_relative_to(REPO)
-                  else str(out), command=shlex.join(["python", "benchmarks/bench_inference.py", *(argv or sys.argv[1:])]))
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    print(text)
-    if args.markdown:
-        append_markdown(args.markdown, text)
+    final = envelope("benchmarks.bench_inference", argv, result, targets(result), start)
+    stamp = final["date"][:16].replace("T", "-").replace(":", "")
+    publish(final, args.out or RESULTS / f"bench_inference-{stamp}.json", markdown, args.markdown)
     return 0
 
 

@@ -25,10 +25,10 @@ Inputs: SST-2 dev sentences with --data DIR (the task's folder), else synthetic 
 a tiny SST-2-like classifier with exit heads is fine-tuned in a temporary folder first (seconds; its
 numbers say nothing about a real model).
 
-    python benchmarks/bench_serve.py --model MODEL --data DATA/SST-2 --threads 1 --patience 3
+    python -m benchmarks.bench_serve --model MODEL --data DATA/SST-2 --threads 1 --patience 3
 
-Writes benchmarks/results/serve.json (--out) with the targets; prints a markdown table (--markdown FILE
-appends it there).
+Writes the results envelope (benchmarks/harness.py) to benchmarks/results/serve.json (--out) with the
+targets; prints a markdown table (--markdown FILE appends it there).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import importlib.util
 import itertools
 import json
@@ -54,16 +53,11 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from albertlm.errors import AlbertlmError
+from benchmarks.harness import (REPO, RESULTS, ForeignLoad, PeakRss, ProcessProbe, Target, envelope, percentile,
+                                publish, targets_markdown)
 
-from albertlm.errors import AlbertlmError  # noqa: E402
-
-from harness import (ForeignLoad, PeakRss, ProcessProbe, Target, append_markdown, machine,  # noqa: E402
-                     percentile, targets_markdown)
-
-OUT = REPO / "benchmarks" / "results" / "serve.json"
+OUT = RESULTS / "serve.json"
 BASELINE_APP = REPO / "benchmarks" / "serve_baseline_app.py"
 STARTUP_S = 300  # importing torch on a loaded machine is slow
 URL = re.compile(r"on (http://127\.0\.0\.1:\d+)")  # albertlm serve's first line; uvicorn's "Uvicorn running on"
@@ -467,7 +461,7 @@ def measure(args: argparse.Namespace, model_dir: Path, tmp: Path, log) -> dict:
 
 
 # ---------------------------------------------------------------------------- targets and the table
-def targets(result: dict) -> list[dict]:
+def targets(result: dict) -> list[Target]:
     """The serving targets, measured from a result (None where the run did not measure them)."""
     def run(server: str, c: int) -> dict | None:
         return result["servers"].get(server, {}).get("runs", {}).get(str(c))
@@ -490,15 +484,18 @@ def targets(result: dict) -> list[dict]:
                    overload and overload["other_than_200_or_429"], 0, higher_is_better=False, unit=""),
             Target("memory: server RSS at the end of the long run over its start", memory and memory["end_over_start"],
                    1.10, higher_is_better=False)]
-    return [t.as_dict() for t in out]
+    return out
 
 
-def markdown(result: dict) -> str:
-    s, m = result["settings"], result["machine"]
-    lines = [f"## Serving: {result['date'][:10]}, {m['cpu']} ({s['threads']} thread(s) per server)", "",
-             f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). Model `{result['model']}`; "
+def markdown(env: dict) -> str:
+    """The docs/benchmarks.md section of a result (an envelope): every run, in-process latency, overload,
+    memory, then the targets."""
+    result, m = env["results"], env["machine"]
+    s = result["settings"]
+    lines = [f"## Serving: {env['date'][:10]}, {m['cpu']} ({s['threads']} thread(s) per server)", "",
+             f"Command: `{env['command']}` (wall {env['wall_s'] / 60:.1f} min). Model `{result['model']}`; "
              f"inputs: {result['inputs']}, {s['inputs_per_request']} per request; client: {s['client']}. "
-             f"Raw numbers: `{result['json']}`.", *(f"- {n}" for n in result["notes"]), "",
+             f"Raw numbers: `{env['json']}`.", *(f"- {n}" for n in result["notes"]), "",
              "| server | clients | req/s | sentences/s | p50 ms | p99 ms | peak RSS MB | server CPU ms/req | "
              "client CPU ms/req | other load | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, srv in result["servers"].items():
@@ -518,7 +515,7 @@ def markdown(result: dict) -> str:
         r = result["memory"]
         lines.append(f"Memory ({r['requests']} requests at {r['concurrency']} clients after the sweep): RSS "
                      f"{r['rss_mb_start']} MB -> {r['rss_mb_end']} MB ({r['end_over_start']}x).")
-    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(result["targets"])]) + "\n"
+    return "\n".join(lines + ["", "Targets:", "", *targets_markdown(env["targets"])]) + "\n"
 
 
 # ---------------------------------------------------------------------------- the command
@@ -575,8 +572,6 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
     import torch
 
-    from albertlm.utils import atomic_write_text
-
     args = parse_args(argv)
     log = lambda line: print(line, file=sys.stderr, flush=True)
     main_thread = threading.current_thread() is threading.main_thread()  # signals are the main thread's alone
@@ -600,24 +595,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(threads)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    out = args.out.resolve()
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "markdown", "model", "data")}
     settings.update(data=args.data, client=f"httpx {httpx.__version__} AsyncClient, one process, one connection "
                                             "per client")
-    shown = sys.argv[1:] if argv is None else argv
-    result.update(date=datetime.datetime.now().isoformat(timespec="seconds"), machine=machine(), settings=settings,
-                  wall_s=round(time.perf_counter() - start, 1),
-                  json=str(out.relative_to(REPO)) if out.is_relative_to(REPO) else str(out),
-                  command=shlex.join(["python", "benchmarks/bench_serve.py", *shown]))
-    result["targets"] = targets(result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(result, indent=1) + "\n")
-    text = markdown(result)
-    print(text)
-    if args.markdown:
-        append_markdown(args.markdown, text)
+    result["settings"] = settings
+    publish(envelope("benchmarks.bench_serve", argv, result, targets(result), start), args.out.resolve(), markdown,
+            args.markdown)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

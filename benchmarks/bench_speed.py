@@ -23,21 +23,19 @@ script waits, up to a budget, for the machine to be quiet.
 
 Usage:
     # the full run (~25 min on 2 quiet cores; longer while other jobs share the machine)
-    python benchmarks/bench_speed.py --markdown docs/benchmarks.md
-    python benchmarks/bench_speed.py --quick          # smoke run, ~1-2 min
-    python benchmarks/bench_speed.py --presets albert-base --seq-lens 128 --repeats 5
+    python -m benchmarks.bench_speed --markdown docs/benchmarks.md
+    python -m benchmarks.bench_speed --quick          # smoke run, ~1-2 min
+    python -m benchmarks.bench_speed --presets albert-base --seq-lens 128 --repeats 5
 
-Writes benchmarks/results/speed-<date>-<time>.json, prints the report, and appends it to the
-markdown file given by --markdown.
+Writes the results envelope (benchmarks/harness.py) to benchmarks/results/speed-<date>-<time>.json,
+prints the report, and appends it to the markdown file given by --markdown.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -49,21 +47,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from harness import (Quiet, Target, append_markdown, compare, machine, matmul_peak, profile_steps,  # noqa: E402
-                     targets_markdown, warm_up_libraries)
-
-from albertlm.analysis.params import flops_per_token  # noqa: E402
-from albertlm.analysis.speed import reset_peak_rss, status_kib  # noqa: E402
-from albertlm.config import AlbertConfig, get_preset  # noqa: E402
-from albertlm.data.bucketing import bucket_by_length, padded_tokens  # noqa: E402
-from albertlm.distributed import apply_activation_checkpointing, maybe_compile  # noqa: E402
-from albertlm.inference.prepack import prepack_for_cpu  # noqa: E402
-from albertlm.model import AlbertForPreTraining  # noqa: E402
-from albertlm.optim import param_groups  # noqa: E402
+from albertlm.analysis.params import flops_per_token
+from albertlm.analysis.speed import reset_peak_rss, status_kib
+from albertlm.config import AlbertConfig, get_preset
+from albertlm.data.bucketing import bucket_by_length, padded_tokens
+from albertlm.distributed import apply_activation_checkpointing, maybe_compile
+from albertlm.inference.prepack import prepack_for_cpu
+from albertlm.model import AlbertForPreTraining
+from albertlm.optim import param_groups
+from benchmarks.harness import (REPO, RESULTS, Quiet, Target, compare, envelope, matmul_peak, profile_steps, publish,
+                                targets_markdown, warm_up_libraries)
 
 THREADS = 2
 MLM_PROB = 0.15
@@ -206,7 +199,7 @@ def memory_child(spec: dict) -> dict:
 
 
 def measure_memory(spec: dict, log: Callable[[str], None]) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_memory-child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "benchmarks.bench_speed", "--_memory-child", json.dumps(spec)]
     env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     if proc.returncode != 0:
@@ -223,12 +216,8 @@ def run(args, log: Callable[[str], None]) -> dict:
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     quiet = Quiet(args.max_foreign, args.max_wait)
-    result: dict = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
-                    "command": "python " + " ".join(shlex.quote(a) for a in [
-                        os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
-                    "settings": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+    result: dict = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")},
                     "speed": [], "memory": [], "mixed": {}}
-    start = time.perf_counter()
 
     def peaks_now() -> dict:
         quiet.wait()
@@ -304,7 +293,6 @@ def run(args, log: Callable[[str], None]) -> dict:
     result["peaks_gflops"] = {k: round(max(p[k] for p in peak_samples), 1) for k in ("fp32", "bf16")}
     result["peak_samples_gflops"] = [{k: round(v, 1) for k, v in p.items()} for p in peak_samples]
     result["waited_for_quiet_s"] = round(quiet.waited_s, 1)
-    result["wall_s"] = round(time.perf_counter() - start, 1)
     # MFU against the best matmul peak of the whole run (the machine's, undisturbed)
     for row in result["speed"]:
         for name in ("ours", "hf", "ours_bf16", "ours_compile", "ours_prepack"):
@@ -314,7 +302,6 @@ def run(args, log: Callable[[str], None]) -> dict:
                 f = flops_per_token(config, row["seq_len"], training=row["mode"] == "train",
                                     **({} if row["mode"] == "train" else {"mlm_fraction": 0.0}))
                 row[name]["mfu"] = round(f * row[name]["tokens_per_s"] / (result["peaks_gflops"][precision] * 1e9), 4)
-    result["targets"] = targets(result)
     return result
 
 
@@ -418,7 +405,7 @@ def _find(result: dict, preset: str, mode: str, S: int, B: int) -> dict | None:
     return None
 
 
-def targets(result: dict) -> list[dict]:
+def targets(result: dict) -> list[Target]:
     """The speed targets, each with its measured value (None when the run did not measure it)."""
     def ratio(preset, mode, S, B, key="ratio_vs_hf"):
         row = _find(result, preset, mode, S, B)
@@ -440,16 +427,18 @@ def targets(result: dict) -> list[dict]:
         Target("activation checkpointing cut, albert-large (worst row)", min(large) if large else None, 0.40,
                unit=""),
     ]
-    return [t.as_dict() for t in out]
+    return out
 
 
-def markdown(result: dict) -> str:
-    m = result["machine"]
+def markdown(env: dict) -> str:
+    """The docs/benchmarks.md section of a result (an envelope): speed, prepacked, memory and mixed-length
+    tables, then the targets."""
+    result, m = env["results"], env["machine"]
     peaks = result["peaks_gflops"]
     lines = [
-        f"## Speed vs transformers: {result['date'][:10]}, {m['cpu']} ({m['cores']} cores, {m['threads']} threads)",
+        f"## Speed vs transformers: {env['date'][:10]}, {m['cpu']} ({m['cores']} cores, {m['threads']} threads)",
         "",
-        f"Command: `{result['command']}` (wall {result['wall_s'] / 60:.1f} min). torch {m['torch']}, "
+        f"Command: `{env['command']}` (wall {env['wall_s'] / 60:.1f} min). torch {m['torch']}, "
         f"transformers {m['transformers']} (attention sdpa), fp32 unless marked. Matmul peak measured in "
         f"the run: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s. Tokens/s are medians over "
         f"{result['settings']['repeats']} (training) / {result['settings']['infer_repeats']} (inference) alternating "
@@ -457,7 +446,7 @@ def markdown(result: dict) -> str:
         "(bf16 rows: / bf16 peak). Other load: the most CPU cores other processes used during a kept round; "
         f"a round above {result['settings']['max_foreign']} cores is dropped and redone (at most 3x as many times as there "
         "are rounds). Training: MLM 15% + SOP, torch AdamW; transformers computes dense logits, "
-        "ours only the labelled positions. Raw numbers: the JSON named below.",
+        f"ours only the labelled positions. Raw numbers: `{env['json']}`.",
         "",
         "| preset | mode | B x S | ours tok/s | HF tok/s | ours / HF | ours MFU | HF MFU | ours bf16 tok/s (x fp32) | other load | dropped |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -504,7 +493,7 @@ def markdown(result: dict) -> str:
         lines += ["", f"Length bucketing ({bk['examples']} examples, inference, each batch padded to its longest): "
                   f"random batches compute {bk['padded_tokens_random']} positions, bucketed {bk['padded_tokens_bucketed']} "
                   f"(real {bk['real_tokens']}); bucketed runs **{bk['speedup']:.2f}x** faster."]
-    lines += ["", "Targets:", "", *targets_markdown(result["targets"])]
+    lines += ["", "Targets:", "", *targets_markdown(env["targets"])]
     return "\n".join(lines) + "\n"
 
 
@@ -552,21 +541,14 @@ def main(argv=None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    result = run(args, log)
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H%M")
-    out = args.out or REPO / "benchmarks" / "results" / f"speed-{stamp}{'-quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result["json"] = os.path.relpath(out, REPO)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-    text = markdown(result).replace("Raw numbers: the JSON named below.", f"Raw numbers: `{result['json']}`.")
-    print("\n" + text)
-    md = args.markdown
-    if md is not None:
-        append_markdown(md, text)
-        log(f"appended to {md}")
-    log(f"wrote {out}")
+    start = time.perf_counter()
+    result = envelope("benchmarks.bench_speed", argv, run(args, log), started=start)
+    result["targets"] = [t.as_dict() for t in targets(result["results"])]
+    stamp = result["date"][:16].replace("T", "-").replace(":", "")
+    out = args.out or RESULTS / f"speed-{stamp}{'-quick' if args.quick else ''}.json"
+    publish(result, out, markdown, args.markdown)
+    log(f"wrote {out}" + (f", appended to {args.markdown}" if args.markdown else ""))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,13 +6,14 @@ checks that the two give equal losses), the distilled one mixes in the teacher's
 The training set is a fixed random subset of the task's (written once to OUT/data), so the
 teacher's logits are computed once and every run reads them from its cache.
 
-    python benchmarks/distill.py --threads 1 --teacher TEACHER_DIR --data DATA/SST-2 \\
+    python -m benchmarks.distill --threads 1 --teacher TEACHER_DIR --data DATA/SST-2 \\
         --student albert-mini --student-layers 2 --student-hidden 128 --steps 500 --seeds 0 1
-    python benchmarks/distill.py --threads 1 --teacher TEACHER_DIR --data DATA/SST-2 --latency-only
+    python -m benchmarks.distill --threads 1 --teacher TEACHER_DIR --data DATA/SST-2 --latency-only
 
-Output: one JSON object on stdout and in benchmarks/results/distill/<name>.json: the teacher's and
-every student's dev accuracy (best of the evaluations, as fine-tuning keeps), agreement with the
-teacher on dev, parameters and batch-1 latency, with the command, date and thread count.
+Output: the results envelope (benchmarks/harness.py) on stdout and in
+benchmarks/results/distill/<name>.json: the teacher's and every student's dev accuracy (best of the
+evaluations, as fine-tuning keeps), agreement with the teacher on dev, parameters and batch-1
+latency (`harness.best_of_median_ms`), with the thread count.
 `--latency-only` measures the latency of the teacher and of the students already under --out again
 (<name>-latency.json), e.g. when the machine is quieter. The numbers and the teacher's command are
 in docs/benchmarks.md.
@@ -22,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,8 +38,10 @@ from albertlm.inference.run import run_features
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.train.distill import TEACHER_CACHE, DistillSettings, distill
 from albertlm.train.finetune import FinetuneRecipe
+from benchmarks.harness import RESULTS as RESULTS_DIR
+from benchmarks.harness import best_of_median_ms, envelope, publish
 
-RESULTS = Path(__file__).resolve().parent / "results" / "distill"
+RESULTS = RESULTS_DIR / "distill"
 
 
 def subset_data(data: Path, out: Path, n: int, seed: int) -> Path:
@@ -80,41 +81,30 @@ def dev_outputs(model_dir: Path, data: Path, task: str, latency_examples: int) -
 
 @torch.no_grad()
 def latency_ms(model: torch.nn.Module, features: list, repeats: int = 5) -> float:
-    """Batch-1 forward time in ms: per sentence the fastest of `repeats` runs (other processes on a
-    shared machine only ever add time), then the median over the sentences."""
-    best = []
-    for f in features:
-        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in f.inputs.items()
-                 if k in ("input_ids", "token_type_ids")}
-        model(**batch)  # warm the path for this length
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(**batch)
-            times.append(time.perf_counter() - start)
-        best.append(min(times))
-    return 1000 * statistics.median(best)
+    """Batch-1 forward time in ms of each feature alone (`best_of_median_ms`: the fastest of `repeats`
+    per sentence, the median over the sentences)."""
+    batches = [{k: torch.from_numpy(np.asarray(v))[None] for k, v in f.inputs.items()
+                if k in ("input_ids", "token_type_ids")} for f in features]
+    return best_of_median_ms(lambda batch: model(**batch), batches, repeats)
 
 
-def latency_only(args: argparse.Namespace) -> int:
+def latency_only(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Measure batch-1 latency again for the teacher and every student under --out (no training)."""
     data = args.out / "data"
     dirs = {"teacher": args.teacher, **{d.name: d for d in sorted(args.out.glob("a*-s*"))
                                          if (d / "model.safetensors").is_file()}}
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": "python " + " ".join(sys.argv),
-              "torch_threads": args.threads, "repeats_per_sentence": 5, "sentences": args.latency_examples}
+    started = time.perf_counter()
+    result = {"torch_threads": args.threads, "repeats_per_sentence": 5, "sentences": args.latency_examples}
     for name, path in dirs.items():
         out = dev_outputs(path, data, args.task, args.latency_examples)
         result[name] = {"parameters": out["parameters"], "latency_ms_batch1_median": out["latency_ms_batch1_median"],
                         "mean_tokens": out["mean_tokens"]}
         print(name, json.dumps(result[name]), file=sys.stderr)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}-latency.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    publish(envelope("benchmarks.distill", argv, result, started=started), RESULTS / f"{args.name}-latency.json")
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--teacher", required=True, type=Path, help="the fine-tuned teacher directory")
     p.add_argument("--data", required=True, type=Path, help="the task's data folder (train.tsv, dev.tsv)")
@@ -137,10 +127,10 @@ def main() -> int:
     p.add_argument("--name", default="sst2")
     p.add_argument("--latency-only", action="store_true", help="only measure latency again, of the teacher and "
                    "the students already under --out")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.latency_only:
-        return latency_only(args)
+        return latency_only(args, argv)
     start = time.perf_counter()
     data = subset_data(args.data, args.out, args.train_examples, seed=1234)
     teacher = dev_outputs(args.teacher, data, args.task, args.latency_examples)
@@ -167,8 +157,7 @@ def main() -> int:
     summary = {str(a): {"accuracy_mean": float(np.mean([x["accuracy"] for x in runs if x["alpha"] == a])),
                         "agreement_mean": float(np.mean([x["agreement_with_teacher"] for x in runs
                                                          if x["alpha"] == a]))} for a in args.alphas}
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "command": "python " + " ".join(sys.argv), "torch_threads": args.threads, "torch": torch.__version__,
+    result = {"torch_threads": args.threads,
               "teacher": {"dir": str(args.teacher), "accuracy": teacher["accuracy"],
                           "parameters": teacher["parameters"],
                           "latency_ms_batch1_median": teacher["latency_ms_batch1_median"]},
@@ -176,10 +165,8 @@ def main() -> int:
               "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
               "recipe": dataclasses.asdict(FinetuneRecipe(lr=args.lr, batch_size=args.batch_size, steps=args.steps,
                                                           max_seq_length=args.max_seq_length)),
-              "runs": runs, "summary": summary, "total_seconds": round(time.perf_counter() - start, 1)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+              "runs": runs, "summary": summary}
+    publish(envelope("benchmarks.distill", argv, result, started=start), RESULTS / f"{args.name}.json")
     return 0
 
 

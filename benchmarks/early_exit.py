@@ -4,14 +4,14 @@ metrics, layers run and batch-1 latency for patience 1..6 against full depth.
 The model is `get_preset("albert-tiny", num_hidden_layers=12)`: H=312, E=128, 12 heads, FFN 1248,
 one layer shared by all 12 applications, so exactly albert-tiny's parameters run three times as
 deep. No pretrained 12-layer model exists here, so every task starts from random weights with a
-SentencePiece vocabulary trained on that task's training text (as benchmarks/finetune_real.py's
-random-init baseline), fine-tuned with `early_exit=True` (a classifier after every layer,
+SentencePiece vocabulary trained on that task's training text (as experiments/finetune_real.py's
+random-init baseline, `benchmarks.start_models`), fine-tuned with `early_exit=True` (a classifier after every layer,
 depth-weighted loss) under a small CPU step budget. The data folder (--data) holds SST-2/, CoLA/,
 STS-B/ and ChnSentiCorp/ in their usual layouts; by default a `shared/data` folder beside the
 checkout. For STS-B (regression) an input stops once its output has moved less than
 --regression-threshold for `patience` layers.
 
-    python benchmarks/early_exit.py --threads 2 --out runs/bench-early-exit
+    python -m benchmarks.early_exit --threads 2 --out runs/bench-early-exit
 
 For each task, on the first --dev-examples dev examples: `evaluate_dir` at every patience and at
 full depth gives the metrics, the average layers run and the wall time of that call ("eval s": batch 64,
@@ -21,19 +21,19 @@ head at full depth and through `patience_forward` at every patience, the setting
 example by example so that load from other processes falls on all of them alike. A task whose run
 directory already holds a fine-tuned model is measured again without retraining.
 
-Output: one JSON object on stdout, in OUT/results.json and in --results.
+Output: the results envelope (benchmarks/harness.py), with one target per task, on stdout, in
+OUT/results.json and in --results.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import statistics
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -44,13 +44,12 @@ from albertlm.inference.evaluate import evaluate_dir, task_inputs
 from albertlm.inference.exit import DEFAULT_REGRESSION_THRESHOLD, patience_forward
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, finetune
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import finetune_real  # noqa: E402  (a sibling script, not a package)
-from harness import write_json  # noqa: E402
+from benchmarks import start_models
+from benchmarks.harness import RESULTS as RESULTS_DIR
+from benchmarks.harness import Target, envelope, publish, read_result
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-RESULTS = Path(__file__).resolve().parent / "results" / "early-exit" / "early-exit.json"
+RESULTS = RESULTS_DIR / "early-exit" / "early-exit.json"
 # task -> (data folder, max_seq_length, tokenizer vocabulary, default steps)
 TASKS = {"sst-2": ("SST-2", 64, 8000, 250), "cola": ("CoLA", 64, 8000, 150), "sts-b": ("STS-B", 64, 6000, 250),
          "chnsenticorp": ("ChnSentiCorp", 64, 6000, 120)}
@@ -58,7 +57,7 @@ PATIENCES = (1, 2, 3, 4, 5, 6)
 METRIC_NAMES = {"accuracy": "accuracy", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 
 
-random_init_dir = functools.partial(finetune_real.random_init_dir, num_hidden_layers=12)
+random_init_dir = functools.partial(start_models.random_init_dir, num_hidden_layers=12)
 """(task, data, out, vocab_size, seed) -> the 12-layer all-shared albert-tiny, randomly initialised,
 with a vocabulary trained on the task's training text."""
 
@@ -136,10 +135,22 @@ def measure(task: str, model_dir: Path, data: Path, args: argparse.Namespace) ->
             "target_judgeable": judgeable, "target_met_by": met}
 
 
-def markdown(report: dict) -> str:
-    """The docs/benchmarks.md tables of a report: one row per setting of every task."""
-    lines = []
+def targets(report: dict) -> list[Target]:
+    """Per task: the most layers saved by a patience within 0.5 point of full depth (1.0 when none is;
+    not measured when the model is no better than a constant answer)."""
+    out = []
     for task, t in report["tasks"].items():
+        met = [t["settings"][name]["speedup"] for name in t["target_met_by"]]
+        measured = (max(met) if met else 1.0) if t["target_judgeable"] else None
+        out.append(Target(f"early exit on {task}: fewer layers on average, within 0.5 point of full depth",
+                          measured, 1.5))
+    return out
+
+
+def markdown(result: dict) -> str:
+    """The docs/benchmarks.md tables of a result (an envelope): one row per setting of every task."""
+    lines = []
+    for task, t in result["results"]["tasks"].items():
         full = t["settings"]["full"]
         majority, threshold = t.get("majority_class_accuracy"), t.get("regression_threshold")
         names = [n for n in METRIC_NAMES if n in full["metrics"]]
@@ -180,16 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", nargs="+", metavar="JSON", help="print the markdown tables of earlier results and exit")
     args = p.parse_args(argv)
     if args.render:
-        print("\n".join(markdown(json.loads(Path(f).read_text())) for f in args.render))
+        print("\n".join(markdown(read_result(f)) for f in args.render))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-              "model": "get_preset('albert-tiny', num_hidden_layers=12), random init, vocabulary trained on each "
+    started = time.perf_counter()
+    report = {"model": "get_preset('albert-tiny', num_hidden_layers=12), random init, vocabulary trained on each "
                        "task's training text; fine-tuned with early_exit=True",
-              "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "tasks": {}}
+              "torch_threads": torch.get_num_threads(), "tasks": {}}
     for task in args.tasks.split(","):
         data = Path(args.data) / TASKS[task][0]
         results = train(task, data, out, args)
@@ -200,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         full = report["tasks"][task]["settings"]["full"]["metrics"][metric]
         print(f"{task}: full-depth {metric} {full:.4f}, {results['train_seconds']:.0f} s of training",
               file=sys.stderr, flush=True)
-    print(write_json(report, out / "results.json", args.results))
+    publish(envelope("benchmarks.early_exit", argv, report, targets(report), started), args.results,
+            also=[out / "results.json"])
     return 0
 
 

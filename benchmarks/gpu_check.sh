@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: one script that a machine with a CUDA GPU runs as it is, in under 8 minutes.
 #   1. the gpu-marked tests (bf16 and fp16 steps, flash vs math attention, compile, nccl DDP);
-#   2. benchmarks/gpu_speed.py: training and inference against transformers, bf16, 512 tokens, MFU;
+#   2. python -m benchmarks.gpu_speed: training and inference against transformers, bf16, 512 tokens, MFU;
 # and writes everything into one JSON, $OUT/gpu-check.json (OUT defaults to ./gpu-check).
 # It uses the machine's own torch and transformers and installs nothing that needs a network:
 # albertlm runs from src/ (PYTHONPATH). Usage: bash benchmarks/gpu_check.sh
@@ -16,7 +16,7 @@ start=$(date +%s)
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$OUT/env.txt"
 timeout 240 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log"
 tests_rc=${PIPESTATUS[0]}
-timeout 240 "$PY" benchmarks/gpu_speed.py --out "$OUT/gpu-speed.json" 2>&1 | tee "$OUT/gpu-speed.log"
+timeout 240 "$PY" -m benchmarks.gpu_speed --out "$OUT/gpu-speed.json" 2>&1 | tee "$OUT/gpu-speed.log"
 speed_rc=${PIPESTATUS[0]}
 
 "$PY" - "$OUT" "$tests_rc" "$speed_rc" "$start" <<'PYEOF'

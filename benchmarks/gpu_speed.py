@@ -7,25 +7,23 @@ the model FLOPs per second (analysis/params.flops_per_token: 6 per weight per to
 2 for inference, attention scores included) over the GPU's peak bf16 rate (`--peak-tflops`;
 the H200's dense bf16 peak, 989 TFLOP/s, by default).
 
-    python benchmarks/gpu_speed.py --out gpu-speed.json
+    python -m benchmarks.gpu_speed --out gpu-speed.json
+
+Output: the results envelope (benchmarks/harness.py) in --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import tempfile
-from pathlib import Path
+import time
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from albertlm import AlbertForPreTraining, get_preset  # noqa: E402
-from albertlm.analysis.params import flops_per_token  # noqa: E402
+from albertlm import AlbertForPreTraining, get_preset
+from albertlm.analysis.params import flops_per_token
+from benchmarks.harness import envelope, write_result
 
 SEED = 0
 
@@ -102,7 +100,7 @@ def measure(preset: str, batch: int, seq: int, repeats: int, peak: float) -> dic
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=["albert-base", "albert-large", "bert-base"])
     p.add_argument("--batch", type=int, default=32)
@@ -110,13 +108,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H200: 989)")
     p.add_argument("--out", default="gpu-speed.json")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("gpu_speed.py needs a CUDA device")
-    import transformers
-
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": transformers.__version__,
-              "python": platform.python_version(), "peak_tflops": args.peak_tflops, "rows": []}
+        raise SystemExit("benchmarks.gpu_speed needs a CUDA device")
+    started = time.perf_counter()
+    result = {"peak_tflops": args.peak_tflops, "rows": []}
     for preset in args.presets:
         row = measure(preset, args.batch, args.seq_len, args.repeats, args.peak_tflops)
         result["rows"].append(row)
@@ -125,7 +121,7 @@ def main() -> None:
               f"{h['train_tokens_per_s']:,.0f} ({row['train_speedup_vs_transformers']:.2f}x); inference "
               f"{a['infer_tokens_per_s']:,.0f} tok/s vs {h['infer_tokens_per_s']:,.0f} "
               f"({row['infer_speedup_vs_transformers']:.2f}x)", flush=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_result(envelope("benchmarks.gpu_speed", argv, result, started=started), args.out)
 
 
 if __name__ == "__main__":

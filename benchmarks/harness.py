@@ -1,24 +1,37 @@
-"""A reusable timing harness for the benchmark scripts: the machine, other processes' load, the
-matmul peak, alternating timings that discard disturbed rounds, percentiles, another process's
-memory and CPU (a server's), targets that carry their comparison, and the dated markdown file the
-results are appended to.
+"""The one harness of the benchmark and experiment scripts: the machine, other processes' load, the
+matmul peak, alternating timings that discard disturbed rounds, latency rounds, percentiles, another
+process's memory and CPU (a server's), targets that carry their verdict, and the JSON envelope every
+results file is written in.
 
 The machine may be shared: every timed call also measures how much CPU other processes used
 meanwhile (/proc/stat minus our own CPU time). `compare` throws away a round in which they used
 more than `Quiet.max_foreign` cores and redoes it (counting the discarded rounds), and before each
 round waits, within a budget, for the machine to be quiet.
+
+Every script that writes results writes one envelope (`envelope`, `publish`):
+
+    {"date": ..., "command": "python -m benchmarks.NAME ...", "machine": {...}, "wall_s": ..., "json": PATH,
+     "targets": [{"target", "measured", "threshold", "op", "unit", "met"}, ...], "results": {...}}
+
+so that `python -m benchmarks.index` can list every results file with the command that made it, and
+each target's comparison is computed once, where it is measured. Results files from before the envelope
+are read through `read_result`, which gives them the same shape.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
 import platform
+import shlex
+import statistics
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +40,12 @@ import torch
 
 # ---------------------------------------------------------------------------- the machine
 def machine() -> dict:
+    """The machine a result was measured on: CPU model, cores, memory, torch threads, GPU, versions.
+
+    Returns:
+        {"cpu", "cores", "memory_gb", "threads", "gpu" (None without CUDA), "python", "torch",
+        "transformers" (None when not installed), "platform"}.
+    """
     cpu = platform.processor() or "unknown CPU"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -42,8 +61,9 @@ def machine() -> dict:
         hf_version = transformers.__version__
     except ImportError:
         hf_version = None
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb, "threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__,
+            "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
             "transformers": hf_version, "platform": platform.platform()}
 
 
@@ -176,6 +196,68 @@ def percentile(values: list[float], q: float) -> float | None:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def batch_of(features, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Features padded into one batch of model inputs: {input name: [B, S] tensor} (the ONNX input names)."""
+    from albertlm.interop.onnx import INPUTS
+    from albertlm.tasks.common import pad_batch
+
+    batch = pad_batch(features)
+    return {n: torch.from_numpy(batch[n]).to(device) for n in INPUTS}
+
+
+def latency_rounds(runs: dict, jobs: dict[str, Callable], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Every variant on every job, in alternation, round after round, so that other processes' load
+    falls on all of them alike; one untimed warm-up round first.
+
+    Args:
+        runs: {variant name: model}.
+        jobs: {job name: fn(model)}, e.g. every dev example at batch 1.
+        rounds: timed rounds.
+    Returns:
+        {variant: {job: [seconds of each round]}}.
+    """
+    times: dict = {v: {j: [] for j in jobs} for v in runs}
+    with torch.inference_mode():
+        for model in runs.values():  # warm-up
+            for job in jobs.values():
+                job(model)
+        for _ in range(rounds):
+            for name, model in runs.items():
+                for j, job in jobs.items():
+                    t = time.perf_counter()
+                    job(model)
+                    times[name][j].append(time.perf_counter() - t)
+    return times
+
+
+def time_rounds(runs: dict, jobs: dict[str, Callable], rounds: int) -> dict[str, dict[str, float]]:
+    """`latency_rounds` reduced to its medians: {variant: {job: median seconds}}."""
+    return {v: {j: statistics.median(ts) for j, ts in js.items()} for v, js in latency_rounds(runs, jobs, rounds).items()}
+
+
+def best_of_median_ms(fn: Callable, inputs: Sequence, repeats: int = 5) -> float:
+    """Batch-1 time in ms: per input the fastest of `repeats` calls after one warm call (other processes
+    on a shared machine only ever add time), then the median over the inputs.
+
+    Args:
+        fn: called as fn(x) for each x of `inputs`.
+        inputs: one model input per item.
+        repeats: timed calls per input.
+    Returns:
+        The median over `inputs` of each input's fastest call, in milliseconds.
+    """
+    best = []
+    for x in inputs:
+        fn(x)  # warm the path for this length
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - start)
+        best.append(min(times))
+    return 1000 * statistics.median(best)
+
+
 # ---------------------------------------------------------------------------- memory
 def warm_up_libraries() -> None:
     """One small training step of unrelated layers, so that the libraries' one-time state (thread
@@ -282,8 +364,9 @@ class Target:
 
 
 def targets_markdown(targets: list[dict]) -> list[str]:
-    """The targets (as `Target.as_dict` wrote them) as a markdown table."""
-    lines = ["| target | measured | threshold | met |", "|---|---|---|---|"]
+    """The targets (as `Target.as_dict` wrote them) as a markdown table: what this run measured (the
+    verdict of a goal over all runs is written once, in docs/benchmarks.md's "Targets")."""
+    lines = ["| target | measured | threshold | this run |", "|---|---|---|---|"]
     for t in targets:
         v = t["measured"]
         if v is None:
@@ -295,19 +378,111 @@ def targets_markdown(targets: list[dict]) -> list[str]:
     return lines
 
 
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence]) -> list[str]:
+    """A markdown table: the header row, the rule, one line per row (cells as str() gives them)."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
 def append_markdown(path: Path, text: str) -> None:
+    """Append a rendered section to a markdown file (made with a short header when new), atomically."""
+    from albertlm.utils import atomic_write_text
+
     header = ("# Benchmarks\n\nDated results of the scripts in `benchmarks/`, newest last; each section names the "
               "command that made it and the JSON with the raw numbers.\n")
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     existing = path.read_text(encoding="utf-8") if path.exists() else header
-    path.write_text(existing.rstrip("\n") + "\n\n" + text, encoding="utf-8")
+    atomic_write_text(path, existing.rstrip("\n") + "\n\n" + text)
 
 
-def write_json(result: dict, *paths: str | Path | None) -> str:
-    """`result` as indented JSON, written to every path given (folders made; None skipped); returns the text."""
-    text = json.dumps(result, indent=2)
+# ---------------------------------------------------------------------------- the results envelope
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+"""Where results files are committed (benchmarks/results/INDEX.md lists them)."""
+
+ENVELOPE = ("date", "command", "machine", "wall_s", "json", "targets", "results")
+"""The keys of every results file, in order."""
+
+
+def command_line(module: str, argv: Sequence[str] | None = None) -> str:
+    """How to make the result again: `python -m MODULE ARGS`, quoted for a POSIX shell.
+
+    Args:
+        module: the script's module, e.g. "benchmarks.bench_speed".
+        argv: its arguments; None: this process's (sys.argv[1:]).
+    """
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else [str(a) for a in argv])])
+
+
+def envelope(module: str, argv: Sequence[str] | None, results: dict, targets: Iterable[Target | dict] = (),
+             started: float | None = None) -> dict:
+    """A result in the envelope every results file has.
+
+    Args:
+        module, argv: the command (see `command_line`).
+        results: the script's own numbers.
+        targets: Target objects (or their `as_dict`): each verdict is computed here, once.
+        started: time.perf_counter() at the start, for wall_s (None: not recorded).
+    Returns:
+        {"date", "command", "machine", "wall_s", "json" (set by `publish`), "targets", "results"}.
+    """
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": command_line(module, argv),
+            "machine": machine(), "wall_s": None if started is None else round(time.perf_counter() - started, 1),
+            "json": None, "targets": [t.as_dict() if isinstance(t, Target) else t for t in targets], "results": results}
+
+
+def read_result(path: str | Path) -> dict:
+    """A results file in the envelope's shape; a file from before the envelope has its own keys moved
+    under "results" (its date, command, machine, wall_s and targets, where it had them, kept on top)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if isinstance(data, dict) and "results" in data and "command" in data:
+        return data
+    rest = dict(data) if isinstance(data, dict) else {"value": data}
+    top = {k: rest.pop(k, None) for k in ENVELOPE[:-1]}
+    top["targets"] = top["targets"] or []
+    return {**top, "results": rest}
+
+
+def write_result(result: dict, *paths: str | Path | None) -> str:
+    """`result` as indented JSON, written atomically to every path given (folders made; None skipped).
+
+    Returns:
+        The JSON text.
+    """
+    from albertlm.utils import atomic_write_text
+
+    text = json.dumps(result, indent=1, default=str) + "\n"
     for path in paths:
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
+            atomic_write_text(path, text)
     return text
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a results file names it: relative to the repository when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def publish(result: dict, out: str | Path | None, render: Callable[[dict], str] | None = None,
+            markdown: str | Path | None = None, also: Sequence[str | Path | None] = ()) -> str:
+    """The end of every script: write the envelope, then print its markdown (or the JSON) and append it.
+
+    Args:
+        result: an `envelope`; its "json" key is set to where it is written.
+        out: the results file (None: printed only).
+        render: result -> markdown section; None prints the JSON instead.
+        markdown: a markdown file to append the rendered section to (needs `render`).
+        also: more paths the same JSON is written to (a run directory's copy).
+    Returns:
+        What was printed.
+    """
+    result["json"] = None if out is None else shown_path(out)
+    text = write_result(result, out, *also)
+    shown = render(result) if render else text
+    print(shown)
+    if markdown is not None and render is not None:
+        append_markdown(Path(markdown), shown)
+    return shown

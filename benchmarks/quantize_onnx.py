@@ -13,21 +13,19 @@ run five ways: ours fp32, ours int8 (fbgemm and torchao backends), onnxruntime f
     (H=768, 12 shared layers), where the matrix products dominate; no accuracy there.
 
 Every variant is timed in alternation (round-robin) so that load from other processes spreads
-over all of them; medians are reported. Threads: --threads for torch and onnxruntime alike.
+over all of them (`harness.time_rounds`); medians are reported. Threads: --threads for torch and
+onnxruntime alike.
 
 Usage:
-    python benchmarks/quantize_onnx.py --model runs/sst2 --data DATA/SST-2 --task sst-2 --threads 1 --base-shaped
-Writes benchmarks/results/inference/quantize_onnx-<date>.json and prints it.
+    python -m benchmarks.quantize_onnx --model runs/sst2 --data DATA/SST-2 --task sst-2 --threads 1 --base-shaped
+Writes the results envelope, with the int8 and ONNX targets, to
+benchmarks/results/inference/quantize_onnx-<date>.json and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -35,19 +33,15 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-from albertlm.config import get_preset  # noqa: E402
-from albertlm.heads import AlbertForSequenceClassification  # noqa: E402
-from albertlm.inference.onnx_backend import OnnxModel  # noqa: E402
-from albertlm.inference.post import score_outputs  # noqa: E402
-from albertlm.inference.quantize import quantize_int8, state_bytes  # noqa: E402
-from albertlm.inference.run import run_features  # noqa: E402
-from albertlm.interop.onnx import (  # noqa: E402
-    INPUTS, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8)
-from albertlm.inference.evaluate import task_inputs  # noqa: E402
-from albertlm.tasks.common import pad_batch  # noqa: E402
+from albertlm.config import get_preset
+from albertlm.heads import AlbertForSequenceClassification
+from albertlm.inference.evaluate import task_inputs
+from albertlm.inference.onnx_backend import OnnxModel
+from albertlm.inference.post import score_outputs
+from albertlm.inference.quantize import quantize_int8, state_bytes
+from albertlm.inference.run import run_features
+from albertlm.interop.onnx import INPUTS, _Exportable, export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8
+from benchmarks.harness import RESULTS, Target, batch_of, envelope, publish, time_rounds
 
 
 def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> tuple[dict, dict]:
@@ -64,27 +58,6 @@ def variants(model: torch.nn.Module, tmp: Path, threads: int, dynamo: bool) -> t
              "ours int8 (torchao)": state_bytes(torchao), "ORT fp32": (tmp / "fp32.onnx").stat().st_size,
              "ORT int8": (tmp / "int8.onnx").stat().st_size}
     return runs, sizes
-
-
-def time_rounds(runs: dict, jobs: dict, rounds: int) -> dict:
-    """{variant: {job: median seconds}}, variants and jobs in alternation each round."""
-    times: dict = {v: {j: [] for j in jobs} for v in runs}
-    with torch.inference_mode():
-        for name, model in runs.items():  # warm-up
-            for job in jobs.values():
-                job(model)
-        for _ in range(rounds):
-            for name, model in runs.items():
-                for j, job in jobs.items():
-                    t = time.perf_counter()
-                    job(model)
-                    times[name][j].append(time.perf_counter() - t)
-    return {v: {j: statistics.median(ts) for j, ts in js.items()} for v, js in times.items()}
-
-
-def batch_of(features, device="cpu") -> dict:
-    batch = pad_batch(features)
-    return {n: torch.from_numpy(batch[n]).to(device) for n in INPUTS}
 
 
 def real_model(args, tmp: Path) -> dict:
@@ -164,7 +137,26 @@ def base_shaped(args, tmp: Path) -> dict:
                          for name, t in times.items()}}
 
 
-def main() -> None:
+def targets(result: dict) -> list[Target]:
+    """int8 at least 1.8x ours fp32 at batch 1 within 1 point (each backend), the ONNX file's initializers
+    at most 1.05x the distinct parameter bytes, onnxruntime within 1e-4 of ours."""
+    fine = result["finetuned"]
+    from albertlm.tasks.registry import get_task
+
+    rows, metric = fine["variants"], get_task(fine["task"]).main_metric
+    fp32 = rows["ours fp32"]["metrics"][metric]
+    out = [Target(f"{name}: batch-1 speed-up vs ours fp32, within 1 point ({100 * (r['metrics'][metric] - fp32):+.2f})",
+                  r["batch1_speedup"] if r["metrics"][metric] >= fp32 - 0.01 else None, 1.8)
+           for name, r in rows.items() if name.startswith("ours int8")]
+    out += [Target("ONNX: initializer bytes / distinct parameter bytes",
+                   fine["export"]["ours (dynamo, no folding, weight transposes folded once)"], 1.05,
+                   higher_is_better=False, unit=""),
+            Target("onnxruntime fp32: largest logit difference from ours over dev",
+                   rows["ORT fp32"]["max_abs_logit_diff_vs_ours_fp32"], 1e-4, higher_is_better=False, unit="")]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a fine-tuned sequence-classification directory")
     p.add_argument("--data", required=True, help="the task's data directory (its dev split is used)")
@@ -177,12 +169,10 @@ def main() -> None:
     p.add_argument("--base-batch", type=int, default=8, help="batch of the base-shaped throughput (default: 8)")
     p.add_argument("--base-rounds", type=int, default=3, help="timed rounds of the base-shaped model (default: 3)")
     p.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/inference/quantize_onnx-<date>.json)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    start = time.time()
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(["python", *sys.argv]), "threads": args.threads, "torch": torch.__version__,
-              "load_average_at_start": os.getloadavg()}
+    start = time.perf_counter()
+    result = {"threads": args.threads, "load_average_at_start": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
         result["finetuned"] = real_model(args, Path(tmp))
         if args.pretrained:
@@ -195,12 +185,10 @@ def main() -> None:
         if args.base_shaped:
             result["base_shaped"] = base_shaped(args, Path(tmp))
     result["load_average_at_end"] = os.getloadavg()
-    result["seconds"] = time.time() - start
-    out = Path(args.out or REPO / "benchmarks" / "results" / "inference" / f"quantize_onnx-{result['date'][:10]}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    final = envelope("benchmarks.quantize_onnx", argv, result, targets(result), start)
+    publish(final, args.out or RESULTS / "inference" / f"quantize_onnx-{final['date'][:10]}.json")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -7,7 +7,7 @@ thread pool) and holds a lock around the pipeline, so the model runs one request
 batching across requests, which is what `albertlm serve` adds. Same body as `albertlm serve`:
 `{"inputs": "text"}` gives one `{"label", "score"}`, `{"inputs": ["text", ...]}` a list of them.
 
-    python benchmarks/serve_baseline_app.py DIR --port 0 --threads 1 --max-length 128
+    python -m benchmarks.serve_baseline_app DIR --port 0 --threads 1 --max-length 128
 
 Prints `Uvicorn running on http://127.0.0.1:PORT` on stderr once it listens (PORT chosen by the
 system with --port 0); stops on SIGTERM or Ctrl-C.

@@ -1,4 +1,4 @@
-"""Loading a script that is not part of the package (benchmarks, fixture generators) as a module."""
+"""Loading a script that is not part of any package (the fixture generators) as a module."""
 
 import importlib.util
 from pathlib import Path

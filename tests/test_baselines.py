@@ -1,6 +1,6 @@
 """The count-based baselines (albertlm.tasks.baselines) on tiny synthetic task files: every baseline
 runs, the fitted ones beat the majority class where the data is learnable, the lookup tagger is
-perfect on its own training set; benchmarks/baselines.py's results JSON is well-formed (no NaN)."""
+perfect on its own training set; benchmarks.baselines' results JSON is well-formed (no NaN)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from scripts import load_script  # noqa: E402
-
 from test_finetune import CITIES, COLORS, NEG, PEOPLE, POS, VERBS, _sent  # noqa: E402
 
 from albertlm.tasks import baselines  # noqa: E402
@@ -21,7 +19,9 @@ from albertlm.tasks import baselines  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script("benchmarks/baselines.py")
+    from benchmarks import baselines as script
+
+    return script
 
 
 def write_sst(d: Path, r: random.Random) -> None:
@@ -157,16 +157,17 @@ def test_main_writes_json_and_markdown(bench, tmp_path, capsys):
     def no_nan(name):
         raise AssertionError(f"{name} in the JSON")
 
-    result = json.loads(out.read_text(), parse_constant=no_nan)
-    assert {"date", "command", "machine", "scikit_learn", "data", "split", "baselines", "tasks", "skipped",
-            "wall_s"} <= set(result)
-    assert result["command"].startswith("python benchmarks/baselines.py --data ")
+    envelope = json.loads(out.read_text(), parse_constant=no_nan)
+    assert {"date", "command", "machine", "wall_s", "json", "targets", "results"} == set(envelope)
+    result = envelope["results"]
+    assert {"scikit_learn", "data", "split", "baselines", "tasks", "skipped"} <= set(result)
+    assert envelope["command"].startswith("python -m benchmarks.baselines --data ")
     assert [t["task"] for t in result["tasks"]] == ["sst-2", "sts-b"]
     assert [t["folder"] for t in result["tasks"]] == ["SST-2", "STS-B"]
     [skipped] = result["skipped"]
     assert skipped["task"] == "qnli" and "no train file" in skipped["reason"]
     assert str(data) not in out.read_text() and result["data"] == "DATA"  # the user's folder is written as DATA
-    assert result["command"].startswith("python benchmarks/baselines.py --data DATA ")
+    assert envelope["command"].startswith("python -m benchmarks.baselines --data DATA ")
     assert skipped["reason"].startswith("DATA/QNLI: ")
     for task in result["tasks"]:
         assert set(task["baselines"]) <= set(result["baselines"])  # every baseline is described

@@ -11,10 +11,8 @@ import sys
 
 import pytest
 
-from scripts import load_script
-
 pytest.importorskip("httpx")
-bench = load_script("benchmarks/bench_serve.py")
+from benchmarks import bench_serve as bench  # noqa: E402
 
 # A stand-in server: prints its URL as albertlm serve does, answers GET with 200 and POST /predict with
 # 200, 429 for every third request and, for every fifth, closes the connection without an answer.
@@ -88,7 +86,7 @@ def _result(**changes) -> dict:
 
 
 def test_targets_measure_each_goal_and_leave_the_unmeasured_at_none():
-    got = {t["target"]: t for t in bench.targets(_result())}
+    got = {t.name: t.as_dict() for t in bench.targets(_result())}
     assert len(got) == 8
     rate = got["serve int8 + early exit at concurrency 32: requests/s over the baseline's"]
     assert (rate["measured"], rate["met"]) == (6.0, True)
@@ -100,7 +98,7 @@ def test_targets_measure_each_goal_and_leave_the_unmeasured_at_none():
     assert got["overload: server crashes"]["met"] is True
     assert got["overload: answers other than 200 or 429 (timeouts and connection errors included)"]["met"] is False
     assert got["memory: server RSS at the end of the long run over its start"]["met"] is True
-    bare = bench.targets(_result(servers={}, overload=None, memory=None))
+    bare = [t.as_dict() for t in bench.targets(_result(servers={}, overload=None, memory=None))]
     assert [t["measured"] for t in bare if t["target"].startswith(("serve int8 + early exit at concurrency 32",
                                                                     "overload", "memory"))] == [None] * 4
 
@@ -148,9 +146,10 @@ def test_smoke_run_writes_every_field_and_target(tmp_path):
                        "--inprocess-calls", "10", "--memory-requests", "40", "--memory-concurrency", "4",
                        "--overload-clients", "16", "--overload-queue", "2", "--overload-requests", "48",
                        "--out", str(out), *([] if baseline else ["--no-baseline"])]) == 0
-    result = json.loads(out.read_text())
-    assert {"date", "command", "machine", "settings", "targets", "in_process", "servers", "memory", "overload",
-            "notes", "wall_s"} <= set(result)
+    envelope = json.loads(out.read_text())
+    assert {"date", "command", "machine", "wall_s", "json", "targets", "results"} == set(envelope)
+    result = envelope["results"]
+    assert {"settings", "in_process", "servers", "memory", "overload", "notes"} <= set(result)
     expected = {"fp32", "int8", "int8+ee"} | ({"baseline"} if baseline else set())
     assert set(result["servers"]) == expected and set(result["in_process"]) == {"fp32", "int8", "int8+ee"}
     for name, server in result["servers"].items():
@@ -169,7 +168,7 @@ def test_smoke_run_writes_every_field_and_target(tmp_path):
     assert sum(overload["answers"].values()) == overload["requests"] == 48
     memory = result["memory"]
     assert memory["requests"] == 40 and memory["rss_mb_start"] > 0 and memory["end_over_start"] > 0
-    assert len(result["targets"]) == 8
-    measured = {t["target"] for t in result["targets"] if t["measured"] is not None}
+    assert len(envelope["targets"]) == 8
+    measured = {t["target"] for t in envelope["targets"] if t["measured"] is not None}
     assert {"overload: server crashes", "memory: server RSS at the end of the long run over its start"} <= measured
-    assert "| serve int8 + early exit | 4 |" in bench.markdown(result)
+    assert "| serve int8 + early exit | 4 |" in bench.markdown(envelope)

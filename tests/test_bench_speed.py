@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from albertlm.config import get_preset
-from scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_script("benchmarks/bench_speed.py")
+    from benchmarks import bench_speed
+
+    return bench_speed
 
 
 def test_batch_labels_only_real_tokens(bench):
@@ -42,16 +43,18 @@ def test_report_from_a_result(bench):
     row = {"preset": "albert-base", "seq_len": 128, "batch": 8, "mode": "train", "foreign_cores": [0.0],
            "discarded": 0, "ours": {"tokens_per_s": 330.0, "ratio_vs_hf": 1.3, "mfu": 0.88},
            "hf": {"tokens_per_s": 254.0, "mfu": 0.68}}
-    result = {"date": "2026-01-01T00:00:00", "command": "python benchmarks/bench_speed.py", "wall_s": 60,
+    body = {"settings": {"repeats": 3, "infer_repeats": 5, "max_foreign": 0.25}, "peaks_gflops": {"fp32": 200, "bf16": 400},
+            "speed": [row], "memory": [], "mixed": {}}
+    result = {"date": "2026-01-01T00:00:00", "command": "python -m benchmarks.bench_speed", "wall_s": 60,
               "machine": {"cpu": "cpu", "cores": 2, "threads": 2, "torch": "x", "transformers": "y"},
-              "settings": {"repeats": 3, "infer_repeats": 5, "max_foreign": 0.25}, "peaks_gflops": {"fp32": 200, "bf16": 400},
-              "speed": [row], "memory": [], "mixed": {}}
-    result["targets"] = bench.targets(result)
+              "json": "benchmarks/results/speed-x.json", "results": body,
+              "targets": [t.as_dict() for t in bench.targets(body)]}
     met = {t["target"]: t["met"] for t in result["targets"]}
     assert met["train albert-base 8x128 vs HF"] is True and met["train albert-base 8x128 MFU"] is True
     assert met["train albert-large 8x128 vs HF"] is None
     text = bench.markdown(result)
     assert "| albert-base | train | 8 x 128 | 330 | 254 | **1.30x** | 88% | 68% |" in text
+    assert "Raw numbers: `benchmarks/results/speed-x.json`." in text
 
 
 def test_targets_carry_their_comparison(bench):
@@ -63,4 +66,4 @@ def test_targets_carry_their_comparison(bench):
     assert "| speed-up | 1.50x | >= 1.2 | yes |" in table
     assert "| memory ratio | 1.10 | <= 1.0 | **no** |" in table and "not measured" in table
     empty = {"speed": [], "memory": [], "mixed": {}}
-    assert all(t["met"] is None for t in bench.targets(empty))  # nothing measured, nothing claimed
+    assert all(t.met is None for t in bench.targets(empty))  # nothing measured, nothing claimed

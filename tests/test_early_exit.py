@@ -379,29 +379,30 @@ def test_cli_patience_refusals_are_one_line(sst_dirs, ee_dir, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_benchmark_script_runs_a_classification_and_a_regression_task(tmp_path):
-    """benchmarks/early_exit.py end to end (its plumbing: two training steps mean nothing)."""
+    """benchmarks.early_exit end to end (its plumbing: two training steps mean nothing)."""
     import random
 
-    from scripts import load_script
+    from benchmarks import early_exit as bench
     from test_finetune import write_sst, write_stsb
 
     data = tmp_path / "data"
     for folder, writer in (("SST-2", write_sst), ("STS-B", write_stsb)):
         (data / folder).mkdir(parents=True)
         writer(data / folder, random.Random(0))
-    bench = load_script("benchmarks/early_exit.py")
     results = tmp_path / "results.json"
     assert bench.main(["--tasks", "sst-2,sts-b", "--data", str(data), "--out", str(tmp_path / "out"), "--results",
                        str(results), "--steps", "2", "--dev-examples", "12", "--latency-examples", "3",
                        "--threads", "1"]) == 0
-    report = json.loads(results.read_text())
-    sst, sts = report["tasks"]["sst-2"], report["tasks"]["sts-b"]
+    envelope = json.loads(results.read_text())
+    assert [t["target"] for t in envelope["targets"]] == [
+        f"early exit on {task}: fewer layers on average, within 0.5 point of full depth" for task in ("sst-2", "sts-b")]
+    sst, sts = envelope["results"]["tasks"]["sst-2"], envelope["results"]["tasks"]["sts-b"]
     assert sst["main_metric"] == "accuracy" and sts["main_metric"] == "pearson"
     assert sts["regression_threshold"] == 0.1 and sts["majority_class_accuracy"] is None
     for task in (sst, sts):
         assert set(task["settings"]) == {"full", *(f"patience_{p}" for p in range(1, 7))}
         assert 1 <= task["settings"]["patience_1"]["average_layers"] <= 12
-    table = bench.markdown(report)
+    table = bench.markdown(envelope)
     assert "| setting | Pearson | Spearman | avg layers" in table and "| setting | accuracy | avg layers" in table
 
 

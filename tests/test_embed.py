@@ -181,7 +181,7 @@ def test_errors_are_one_line(model_dir, tmp_path, capsys):
     (tmp_path / "bad.txt").write_bytes(b"fine\nnot \xff utf-8\n")
     (tmp_path / "empty-dir").mkdir()
     cases = {
-        "no such file": [model_dir, "--input", tmp_path / "missing.txt"],
+        "missing.txt: no such text file": [model_dir, "--input", tmp_path / "missing.txt"],
         "must end in .npy or .jsonl": [model_dir, "--input", text, "--output", tmp_path / "v.txt"],
         "not a model directory": [tmp_path / "nowhere", "--input", text],
         "no config.json": [tmp_path / "empty-dir", "--input", text],

@@ -98,13 +98,11 @@ def test_distill_refuses_a_users_directory_and_changes_nothing(tmp_path, finetun
 
 
 def test_the_distillation_benchmark_reuses_a_teacher_cache_in_a_new_directory(tmp_path, finetuned, sst):
-    """benchmarks/distill.py copies the first run's logit cache into each later run's new --out: that
+    """benchmarks.distill copies the first run's logit cache into each later run's new --out: that
     directory must still be one distill takes as its own."""
     from albertlm.train.distill import TEACHER_CACHE, distill
     from albertlm.train.finetune import FinetuneRecipe
-    from scripts import load_script
-
-    bench = load_script(Path("benchmarks/distill.py"))
+    from benchmarks import distill as bench
     recipe = FinetuneRecipe(steps=2, batch_size=16, eval_every=2, max_seq_length=32)
     first = distill("sst-2", finetuned, "test", sst, tmp_path / "a", recipe, progress=False, device="cpu")
     assert not first["distillation"]["teacher_logits_cached"]

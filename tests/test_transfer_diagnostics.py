@@ -1,4 +1,4 @@
-"""benchmarks/transfer_diagnostics.py on a tiny model and synthetic SST-2 files (its plumbing, not its findings)."""
+"""experiments.transfer_diagnostics on a tiny model and synthetic SST-2 files (its plumbing, not its findings)."""
 
 import json
 import random
@@ -8,7 +8,6 @@ import torch
 
 from albertlm import AlbertConfig, AlbertForPreTraining
 from albertlm.tokenizer import Tokenizer, train_tokenizer
-from scripts import load_script
 
 POS, NEG = "good great fun lovely".split(), "bad awful boring dull".split()
 FILL = "the movie was a film plot actor story and it very".split()
@@ -16,7 +15,9 @@ FILL = "the movie was a film plot actor story and it very".split()
 
 @pytest.fixture(scope="module")
 def diag():
-    return load_script("benchmarks/transfer_diagnostics.py")
+    from experiments import transfer_diagnostics
+
+    return transfer_diagnostics
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_report_on_tiny_model(diag, setup, tmp_path, monkeypatch):
     out = tmp_path / "d.json"
     assert diag.main(["--model", str(model), "--data", str(data), "--train-examples", "100",
                       "--max-seq-length", "16", "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text())["results"]
     assert report["train_examples"] == 100 and report["dev_examples"] == 40
     assert report["loading"]["max_abs_diff"] == 0.0 and report["loading"]["compared_tensors"] > 10
     assert sorted(report["loading"]["head_only"]) == ["classifier.bias", "classifier.weight"]

@@ -13,11 +13,10 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from albertlm.errors import AlbertlmError, ConfigError
-from albertlm.utils import atomic_write_text, check_field_types
+from albertlm.utils import atomic_write_text, check_field_types, read_bytes
 
 SHARING_STRATEGIES = ("all", "attention", "ffn", "none")
 EMBEDDING_LAYOUTS = ("albert", "albert_zh")
@@ -370,14 +369,7 @@ class AlbertConfig:
 
 def read_json_file(path: str | os.PathLike) -> Any:
     """Parse a JSON config file; every way reading it can fail is a one-line ConfigError naming it."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a config file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raw = read_bytes(path, "config file", ConfigError)
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

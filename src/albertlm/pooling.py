@@ -48,6 +48,17 @@ def saved_pooling(config: AlbertConfig, source: str = "config.json") -> str | No
     return mode
 
 
+def token_positions(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Where the pooled tokens are, shaped to broadcast over the hidden size.
+
+    Args:
+        attention_mask: [B, S], 1 for tokens and 0 for padding; None means no padding.
+    Returns:
+        [B, S, 1] bool, True at tokens; None when `attention_mask` is None.
+    """
+    return None if attention_mask is None else attention_mask.bool().unsqueeze(-1)  # [B, S, 1]
+
+
 def mean_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The mean of each sequence's non-padding positions.
 
@@ -57,10 +68,11 @@ def mean_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Ten
     Returns:
         [B, H]; a row without any token gives zeros.
     """
-    if attention_mask is None:
+    keep = token_positions(attention_mask)
+    if keep is None:
         return h.mean(1)
-    keep = attention_mask.to(h.dtype).unsqueeze(-1)  # [B, S, 1]
-    return (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)  # [B, H]
+    weight = keep.to(h.dtype)  # [B, S, 1]
+    return (h * weight).sum(1) / weight.sum(1).clamp_min(1.0)  # [B, H]
 
 
 def max_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -72,9 +84,9 @@ def max_pool(h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tens
     Returns:
         [B, H]; a row without any token gives zeros.
     """
-    if attention_mask is None:
+    keep = token_positions(attention_mask)
+    if keep is None:
         return h.max(1).values
-    keep = attention_mask.bool().unsqueeze(-1)  # [B, S, 1]
     lowest = torch.finfo(h.dtype).min  # not -inf: a row of padding only must not give -inf
     top = h.masked_fill(~keep, lowest).max(1).values  # [B, H]
     return torch.where(keep.any(1), top, torch.zeros_like(top))  # keep.any(1): [B, 1]

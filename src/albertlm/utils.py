@@ -141,6 +141,30 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+def read_bytes(path: str | os.PathLike, kind: str = "text file", error: type[Exception] | None = None) -> bytes:
+    """The bytes of a file; every way reading it can fail is one error naming it.
+
+    Args:
+        path: the file.
+        kind: what the messages call it ("config file": "PATH: no such config file", "PATH: is a
+            directory, not a config file").
+        error: the exception class raised (default AlbertlmError).
+    Returns:
+        The file's bytes.
+    """
+    from albertlm.errors import AlbertlmError
+
+    error = error or AlbertlmError
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such {kind}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a {kind}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 @functools.cache
 def _type_hints(cls: type) -> dict:
     """A dataclass's resolved type hints (cached: resolving them is slow and they never change)."""

@@ -30,7 +30,7 @@ import torch
 from albertlm.errors import AlbertlmError
 from albertlm.pooling import POOLINGS, SentenceEmbedder, saved_pooling
 from albertlm.tokenizer.base import Vocabulary
-from albertlm.utils import atomic_path, check_field_types
+from albertlm.utils import atomic_path, check_field_types, read_bytes
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 """The output files `write_vectors` writes, by extension."""
@@ -241,15 +241,7 @@ def split_lines(data: bytes, source: str) -> list[str]:
 
 def read_texts(path: str | Path) -> list[str]:
     """`split_lines` of a file; a missing or unreadable file is one line naming it."""
-    path = Path(path)
-    try:
-        return split_lines(path.read_bytes(), str(path))
-    except FileNotFoundError:
-        raise AlbertlmError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise AlbertlmError(f"{path}: is a directory, not a text file") from None
-    except OSError as exc:
-        raise AlbertlmError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return split_lines(read_bytes(path, "text file"), str(path))
 
 
 def output_format(path: str | Path) -> str:

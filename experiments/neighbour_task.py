@@ -1,14 +1,16 @@
 """How fast a network learns to read a masked token off its visible neighbour: the unigram plateau in a bottle.
 
-    python benchmarks/neighbour_task.py                                   # ALBERT, official init, no warmup
-    python benchmarks/neighbour_task.py --token-type zero --projection unit --warmup 50 --seq-len 16
-    python benchmarks/neighbour_task.py --reference                       # torch's post-LN encoder
+    python -m experiments.neighbour_task                                   # ALBERT, official init, no warmup
+    python -m experiments.neighbour_task --token-type zero --projection unit --warmup 50 --seq-len 16
+    python -m experiments.neighbour_task --reference                       # torch's post-LN encoder
 
 Sequences of random tokens in pairs (a a b b c c ...) after [CLS]; the first token of three pairs
 is replaced by [MASK], so the answer is always the token right after it. A network that attends to
 its neighbour solves it; one that has not learned to sits at log(V) loss. The script reports the
 first step at which the running accuracy (10 steps) passes 50%, or none, and the final accuracy,
-for each seed. docs/pretraining.md explains what it showed. Runs on one CPU thread, ~10-60 s.
+for each seed, as one line of JSON (the results envelope of benchmarks/harness.py; lines appended to
+benchmarks/results/neighbour-task/results.jsonl make its table). docs/pretraining.md explains what it
+showed. Runs on one CPU thread, ~10-60 s.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 import torch
 from torch import nn
@@ -23,6 +26,7 @@ from torch import nn
 from albertlm import AlbertForPreTraining, get_preset
 from albertlm.vocab import CLS_ID, IGNORE_INDEX, MASK_ID, NUM_SPECIAL
 from albertlm.optim import build_optimizer
+from benchmarks.harness import envelope
 
 
 def batch(g: torch.Generator, B: int, S: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="*", default=[0])
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    started = time.perf_counter()
     results = [run(args, s) for s in args.seeds]
-    print(json.dumps({"settings": vars(args), "results": results}))
+    print(json.dumps(envelope("experiments.neighbour_task", argv, {"settings": vars(args), "results": results},
+                              started=started)))
     return 0
 
 

