@@ -18,20 +18,20 @@ tensors are equal and no exporter can merge them by value), inputs random ids wi
 The default model is tiny (runs in about a minute on one core); --base-shaped sets six all-shared
 layers of albert-base's shape (H=768, E=128, 12 heads, FFN 3072, V=30000).
 
-    python benchmarks/bench_embed_export.py                      # tiny, JSON on stdout
-    python benchmarks/bench_embed_export.py --base-shaped --out result.json
+    python -m benchmarks.bench_embed_export                      # tiny, JSON on stdout
+    python -m benchmarks.bench_embed_export --base-shaped --out result.json
 
-Prints the result as JSON (and writes it to --out); the targets carry their verdicts.
+Prints the result in the harness's envelope as JSON (and writes it to --out); the targets carry their
+verdicts.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
-import json
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from albertlm.config import AlbertConfig
 from albertlm.interop.onnx import export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8
 from albertlm.model import AlbertModel
 from albertlm.pooling import SentenceEmbedder
-from harness import Target, machine  # benchmarks/ is the script's own directory, first on sys.path
+from benchmarks.harness import Target, envelope, publish
 
 BASE_SHAPED = {"layers": 6, "hidden": 768, "embedding": 128, "heads": 12, "intermediate": 3072, "vocab": 30000}
 
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     feed = inputs(args)
     with torch.no_grad():
         reference = embedder(*(torch.from_numpy(v) for v in feed.values())).numpy()
+    started = time.perf_counter()
     result: dict = {
-        "benchmark": "bench_embed_export", "date": datetime.date.today().isoformat(), "machine": machine(),
         "model": {k: getattr(args, k) for k in ("layers", "hidden", "embedding", "heads", "intermediate", "vocab")},
         "inputs": {"batch": args.batch, "length": args.length}, "distinct_parameter_bytes": distinct,
         "optimum": importlib.util.find_spec("optimum") is not None}
@@ -181,11 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                       higher_is_better=False),
                Target("ours fp32 vs PyTorch: min cosine", result["cosine"]["ours_fp32_vs_torch"], 0.9999, unit=""),
                Target("ours int8 vs PyTorch: min cosine", result["cosine"]["ours_int8_vs_torch"], 0.99, unit="")]
-    result["targets"] = [t.as_dict() for t in targets]
-    text = json.dumps(result, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    publish(envelope("benchmarks.bench_embed_export", argv if argv is not None else sys.argv[1:], result, targets,
+                     started=started), args.out)
     return 0
 
 

@@ -243,17 +243,17 @@ def test_a_new_export_replaces_an_earlier_one(model_dir, tmp_path):
 
 # ---------------------------------------------------------------------------- the size benchmark
 @pytest.mark.slow
-def test_the_size_benchmark_runs_on_a_tiny_model(tmp_path, monkeypatch, capsys):
-    from scripts import REPO
+def test_the_size_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+    from benchmarks import bench_embed_export as bench
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # as `python benchmarks/bench_embed_export.py` runs it
-    bench = load_script("benchmarks/bench_embed_export.py")
     out = tmp_path / "result.json"
     assert bench.main(["--layers", "3", "--hidden", "32", "--heads", "4", "--intermediate", "64", "--embedding", "16",
                        "--vocab", "100", "--batch", "3", "--length", "12", "--plain-exporters", "legacy",
                        "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert json.loads(capsys.readouterr().out) == result
-    assert result["ours"]["fp32"]["ratio"] <= 1.05 and all(t["met"] for t in result["targets"])
+    envelope = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == envelope
+    assert envelope["command"].startswith("python -m benchmarks.bench_embed_export --layers 3")
+    result = envelope["results"]
+    assert result["ours"]["fp32"]["ratio"] <= 1.05 and envelope["targets"] and all(t["met"] for t in envelope["targets"])
     assert result["plain"]["legacy"]["cosine_fp32_vs_ours_fp32"] > 0.9999
     assert {"fp32", "int8", "cosine_int8_vs_ours_int8"} <= set(result["plain"]["legacy"])
