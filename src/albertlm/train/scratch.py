@@ -476,7 +476,7 @@ def format_scratch(results: dict[str, Any]) -> str:
     if results.get("stopped_by") == "deadline":
         lines.append(f"stopped by the clock at step {results['steps']:,} of {s['plan']['steps']:,} planned: the "
                      "machine ran slower than the probe measured (other work on it?); the best dev checkpoint is kept")
-    lines.append(f"budget {s['budget_minutes']:g} min: used {total / 60:.1f} min ({s['plan']['steps']:,} steps, "
+    lines.append(f"budget {s['budget_minutes']:g} min: used {total / 60:.1f} min ({results['steps']:,} steps, "
                  f"limited by the {'budget' if s['plan']['limited_by'] == 'budget' else 'epoch cap'}); "
                  f"vocabulary and random-init base: {results['model_dir']}")
     return "\n".join(lines)
