@@ -4,17 +4,23 @@ Measures, on the built-in King James corpus (optionally repeated k times):
   * raw SentencePiece: `SentencePieceProcessor.encode(list_of_sentences)` on the same sentences,
     one thread, tokens/s (the cost no pipeline can avoid);
   * `albertlm data build` with 1 and N workers: corpus tokens/s and tokens/s per worker;
-  * peak resident memory of a whole build at 1x and 4x the corpus (each build in a fresh process,
-    read from getrusage's ru_maxrss of that child).
+  * peak resident memory of a whole build at 1x and 4x the corpus (each build in a fresh process:
+    its VmHWM from /proc/self/status; getrusage's ru_maxrss where there is no /proc, which on Linux
+    starts at the parent's high-water mark, kept across exec);
+  * time to the first batch on each build: a fresh process opens the built directory with
+    `PretrainingDataset` and collates its first batch (`first_batch`: seconds, shards in the split,
+    shards opened, whether the split was small enough to be checksummed at load).
 
 With `--scale MB` it measures instead the build at scale, in each corpus format: a deterministic
 corpus of about MB megabytes of text (runs of 8-40 consecutive KJV verses, one document each, drawn
 with a fixed seed) is written as lines, JSON lines, Parquet and Arrow, and each is built in a fresh
-process: tokens/s, peak RSS, input and output bytes on disk, and seconds to the first shard.
+process: tokens/s, peak RSS, input and output bytes on disk, seconds to the first shard, and the
+time to the first batch on the result.
 
 Usage:
     python -m benchmarks.bench_data [--workers 2] [--vocab 8000] [--seq 128] [--out benchmarks/results/data.json]
     python -m benchmarks.bench_data --scale 2000 --workers 16 --out benchmarks/results/data-scale.json
+    (the multi-GB run: --scale 5000 --formats lines parquet --work DIR_WITH_40_GB_FREE)
 Prints the results envelope (benchmarks/harness.py; targets: per-worker throughput at least 25% of raw
 SentencePiece, peak memory at 4x the corpus under 1.3x that at 1x), and writes it to --out.
 """
@@ -37,24 +43,46 @@ from benchmarks.harness import Target, envelope, publish
 def _build_child(corpus: str, tok: str, out: str, seq: int, workers: int, shard_examples: int = 65536) -> dict:
     """Run one build in a fresh interpreter; return its meta plus its peak RSS.
 
-    The child reports its own ru_maxrss (the pipeline's main process) and that of its reaped
-    children (the largest worker), so every build is measured on its own, and the seconds from
-    the call to the first training shard on disk (its mtime: shards are written atomically).
+    The child reports its own peak RSS (the pipeline's main process: `_PEAK_RSS_MB`) and the
+    ru_maxrss of its reaped children (the largest worker), so every build is measured on its own,
+    the seconds from the call to the first training shard on disk (its mtime: shards are written
+    atomically), and then a second fresh process times the first batch on the result.
     """
-    code = ("import json,resource,time,pathlib; from albertlm.data.build import BuildSettings, build_dataset; "
+    code = (_PEAK_RSS_MB + "from albertlm.data.build import BuildSettings, build_dataset; "
             f"t0=time.time(); m=build_dataset({corpus!r}, {tok!r}, {out!r}, BuildSettings(max_seq_length={seq}, "
             f"workers={workers}, shard_examples={shard_examples}), "
             "progress=False); r={k: m[k] for k in ('text_tokens','seconds','tokens_per_s',"
             "'tokens_per_s_per_worker','documents')}; "
             f"o=pathlib.Path({out!r}); r['first_shard_s']=(o/'train-00000.shard').stat().st_mtime-t0; "
             "r['output_bytes']=sum(p.stat().st_size for p in o.iterdir()); "
-            "r['peak_rss_mb_main']=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024; "
+            "r['peak_rss_mb_main']=peak_rss_mb(); "
             "r['peak_rss_mb_worker']=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024; "
             "print(json.dumps(r))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["peak_rss_mb"] = max(result["peak_rss_mb_main"], result["peak_rss_mb_worker"])
+    result["first_batch"] = first_batch_child(out)
     return result
+
+
+_PEAK_RSS_MB = ("import json, pathlib, resource, time\n"
+                "def peak_rss_mb():\n"
+                "    try: return int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) / 1024\n"
+                "    except OSError: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n")
+
+
+def first_batch_child(out: str, batch: int = 32) -> dict:
+    """Seconds from opening a built directory to its first collated batch, in a fresh interpreter
+    (after `import albertlm.data.loader`, whose torch import is timed apart), and what it opened."""
+    code = ("import json,time; t0=time.perf_counter(); "
+            "from albertlm.data.loader import PretrainingDataset, VERIFY_AT_LOAD_BYTES, collate; "
+            f"t1=time.perf_counter(); ds=PretrainingDataset({out!r}); it=iter(ds); "
+            f"b=collate([next(it) for _ in range({batch})], special=ds.special_ids); t2=time.perf_counter(); "
+            "print(json.dumps({'seconds': t2-t1, 'import_seconds': t1-t0, 'batch': len(b['input_ids']), "
+            "'examples': ds.num_examples, 'shards': len(ds.paths), 'shards_opened': len(ds._open), "
+            "'checksummed_at_load': sum(p.stat().st_size for p in ds.paths) <= VERIFY_AT_LOAD_BYTES}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def raw_sentencepiece(tok_dir: Path, sentences: list[str]) -> dict:

@@ -224,12 +224,66 @@ def test_parquet_is_read_one_row_group_at_a_time(tmp_path, monkeypatch):
     assert read == [10] * 7 + [5]
 
 
-def test_arrow_files_are_memory_mapped(tmp_path, monkeypatch):
-    path = write_arrow(tmp_path / "c.arrow", {"text": TEXTS})
-    mapped = []
-    original = pa.memory_map
-    monkeypatch.setattr(pa, "memory_map", lambda p, *a, **k: mapped.append(p) or original(p, *a, **k))
-    assert docs_of(str(path)) == DOCS and mapped == [str(path)]
+def test_arrow_files_are_read_batch_by_batch_without_a_memory_map(tmp_path, monkeypatch):
+    path = write_arrow(tmp_path / "c.arrow", {"text": TEXTS}, chunk=10)
+    monkeypatch.setattr(pa, "memory_map", lambda *a, **k: pytest.fail("memory-mapped"))
+    opened = []
+    original = pq.ParquetFile.__init__
+
+    def no_map(self, *args, memory_map=False, **kwargs):
+        opened.append(memory_map)
+        original(self, *args, memory_map=memory_map, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", no_map)
+    assert docs_of(str(path)) == DOCS
+    assert docs_of(str(write_parquet(tmp_path / "c.parquet", {"text": TEXTS}))) == DOCS and opened == [False]
+
+
+_PEAK_RSS_GROWTH = """
+import json, sys
+from albertlm.data.corpus import Corpus
+
+
+def peak_rss():  # this process's own high-water mark (ru_maxrss would start at its parent's, kept across exec)
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
+
+docs = Corpus(sys.argv[1]).documents()
+next(docs)  # pyarrow imported, the first row group (batch) read
+before = peak_rss()
+count = 1 + sum(1 for _ in docs)
+print(json.dumps({"documents": count, "growth_bytes": peak_rss() - before}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_a_pass_over_many_row_groups_keeps_peak_memory_near_one_row_group(tmp_path, fmt):
+    """Peak RSS of a fresh process grows by far less than the file while it reads 100 row groups
+    (a memory-mapped read grew by the whole file: its pages stay resident once touched)."""
+    import subprocess
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("reads its peak RSS from /proc/self/status (Linux)")
+    words = [f"w{i}" for i in range(50)]
+    schema = pa.schema([("text", pa.string())])
+    path = tmp_path / f"big.{fmt}"
+    groups, rows = 100, 400
+    writer = (pq.ParquetWriter(str(path), schema, compression="none", use_dictionary=False) if fmt == "parquet"
+              else pa.ipc.new_stream(str(path), schema))
+    for g in range(groups):
+        texts = [f"Row {g}-{r}: " + " ".join(words[(g * 7 + r * 3 + k) % 50] for k in range(250)) + "."
+                 for r in range(rows)]
+        writer.write_table(pa.table({"text": texts}, schema=schema))
+    writer.close()
+    size = path.stat().st_size
+    assert size > 35e6
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS_GROWTH, f"{fmt}:{path}"], capture_output=True,
+                          text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["documents"] == groups * rows
+    assert result["growth_bytes"] < size / 3, (result, size)
 
 
 # ---------------------------------------------------------------------------- spec syntax

@@ -74,7 +74,7 @@ def test_heldout_documents_are_not_in_training(kjv_data):
     assert 0 < held.num_examples < train.num_examples / 5
 
     def texts(ds):
-        s = ds.shards[0]
+        s = ds.shard(0)
         return {bytes(np.asarray(s.row("tokens", i))) for i in range(len(s))}
     assert not texts(train) & texts(held)
 
@@ -163,7 +163,7 @@ def test_chinese_whole_word_masking(tmp_path):
     build_dataset(str(corpus), tmp_path / "tok", tmp_path / "d",
                   BuildSettings(max_seq_length=64, masking="static", heldout_fraction=0.0), progress=False)
     ds = PretrainingDataset(tmp_path / "d")
-    shard = ds.shards[0]
+    shard = ds.shard(0)
     checked = 0
     for i in range(len(shard)):
         labels = ds.example(i)["labels"]

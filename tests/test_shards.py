@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -22,8 +24,20 @@ def test_round_trip(tmp_path):
     assert shard["label"].tolist() == [0, 1, 1] and shard["tokens"].dtype == np.uint16
     assert isinstance(shard["tokens"], np.memmap)
     for name in shard.arrays:
-        assert shard.arrays[name].offset % 64 == 0
+        assert shard.arrays[name].ctypes.data % 64 == 0  # each array starts on a 64-byte boundary
     assert list_shards(tmp_path) == [tmp_path / "train-00000.shard"]
+
+
+def test_an_open_shard_holds_one_file_descriptor_whatever_its_arrays(tmp_path):
+    """A loader keeps every shard of a split open: one descriptor each, not one per array."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("counts descriptors in /proc/self/fd (Linux)")
+    write_shard(tmp_path / "train-00000.shard", _arrays(), 3)
+    before = len(list(fds.iterdir()))
+    shards = [Shard(tmp_path / "train-00000.shard") for _ in range(10)]
+    assert len(list(fds.iterdir())) - before == len(shards)
+    assert all(s.row("tokens", 2).tolist() == [5, 6, 7] for s in shards)
 
 
 def test_offsets_must_match(tmp_path):

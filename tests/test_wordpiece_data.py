@@ -64,7 +64,7 @@ def test_examples_carry_the_vocabulary_ids_and_jieba_word_starts(zh, zh_data):
     tok = load_vocabulary(zh[0])
     out, _ = zh_data
     ds = PretrainingDataset(out, shuffle=False)
-    shard, reserved = ds.shards[0], set(tok.special_ids.reserved) | {100}
+    shard, reserved = ds.shard(0), set(tok.special_ids.reserved) | {100}
     drawn = []
     for i in range(min(200, ds.num_examples)):
         tokens = shard.row("tokens", i).astype(np.int64)

@@ -10,8 +10,16 @@ Output directory:
     train-00000.shard ...     examples for training (format: data/shards.py)
     heldout-00000.shard ...   examples from held-out documents (never seen in training)
     meta.json                 settings, tokenizer (kind, vocabulary file sha256, special ids), counts,
-                              corpus statistics and the sha256 of every shard; written last, so its
-                              presence means the build completed
+                              corpus statistics, the examples (`shard_sizes`) and sha256 of every
+                              shard; written last, so its presence means the build completed
+
+An interrupted build (killed at any point) leaves shards without a meta.json, and perhaps a
+temporary file of the shard it was writing (`.train-00003.shard.*.tmp`: every file is written to a
+temporary and renamed, so a shard name never holds a partial file). Nothing reads such a directory
+(`read_build_meta` refuses it), and running the build again removes those files, says how many in
+the summary and in meta.json (`restart`), and builds every shard anew: none is reused, because a
+shard's examples depend on every block before it, and reading and tokenizing up to the point of
+the kill is most of the cost of writing it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -166,6 +175,8 @@ class _ShardWriter:
         self.pending: dict[str, list] = {k: [] for k in _ROW_FIELDS}
         self.count = 0
         self.shards = 0
+        self.paths: list[Path] = []
+        self.sizes: list[int] = []
         self.totals = {"examples": 0, "tokens": 0, "short": 0, "label_1": 0, "masked": 0}
 
     def add(self, rows: dict[str, list]) -> None:
@@ -198,7 +209,10 @@ class _ShardWriter:
             arrays["span_n"] = _cat(take["span_n"], np.uint8)
             arrays["span_offsets"] = _offsets(np.array([len(p) for p in take["span_n"]], dtype=np.int64))
             self.totals["masked"] += len(arrays["mlm_positions"])
-        write_shard(self.out_dir / f"{self.split}-{self.shards:05d}.shard", arrays, n, meta=self.meta)
+        path = self.out_dir / f"{self.split}-{self.shards:05d}.shard"
+        write_shard(path, arrays, n, meta=self.meta)
+        self.paths.append(path)
+        self.sizes.append(n)
         self.shards += 1
         self.totals["examples"] += n
         self.totals["tokens"] += int(lengths.sum())
@@ -297,8 +311,9 @@ def build_dataset(corpus_spec: str | Sequence[str], tokenizer_dir: str | os.Path
     tok = load_vocabulary(tokenizer_dir)
     corpus = Corpus(corpus_spec, dedup=tok.normalise_text if settings.dedup else None)  # a bad spec fails here
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*out_dir.glob("train-*.shard"), *out_dir.glob("heldout-*.shard")]:
-        stale.unlink()  # leftovers of an interrupted build
+    restart = clear_interrupted_build(out_dir)
+    if progress and any(restart.values()):
+        print(format_restart(restart), file=sys.stderr, flush=True)
     fingerprint = vocabulary_fingerprint(tokenizer_dir)  # kind, file, sha256: which vocabulary built the data
     shard_meta = {"vocab_size": tok.vocab_size, "max_seq_length": settings.max_seq_length,
                   "masking": settings.masking, "max_predictions": settings.max_predictions,
@@ -326,9 +341,34 @@ def build_dataset(corpus_spec: str | Sequence[str], tokenizer_dir: str | os.Path
             "corpus_stats": format_corpus_stats(corpus.stats),
             "sources": sources, "mixture": "weighted" if corpus.weighted else "in order",
             "duplicates": sum(src["duplicates"] for src in sources),
+            "restart": restart,
+            "shard_sizes": {p.name: w.sizes[k] for w in writers for k, p in enumerate(w.paths)},
             "checksums": {p.name: sha256_file(p) for p in sorted(out_dir.glob("*.shard"))}}
     atomic_write_text(out_dir / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def clear_interrupted_build(out_dir: Path) -> dict[str, int]:
+    """Remove what an interrupted build left in `out_dir` (module docstring).
+
+    Args:
+        out_dir: a build directory without meta.json.
+    Returns:
+        {"removed_shards", "removed_temporaries", "reused_shards"} (the last always 0).
+    """
+    shards = [p for split in SPLITS for p in out_dir.glob(f"{split}-*.shard")]
+    temporaries = [p for split in SPLITS for p in out_dir.glob(f".{split}-*.shard.*.tmp")]
+    temporaries += list(out_dir.glob(".meta.json.*.tmp"))
+    for path in shards + temporaries:
+        path.unlink()
+    return {"removed_shards": len(shards), "removed_temporaries": len(temporaries), "reused_shards": 0}
+
+
+def format_restart(restart: dict[str, int]) -> str:
+    """The line saying what a restarted build removed and redid."""
+    return (f"restarted: removed {restart['removed_shards']} shard(s) and {restart['removed_temporaries']} "
+            "temporary file(s) of an interrupted build (it had no meta.json); every shard was built again, "
+            f"{restart['reused_shards']} reused")
 
 
 def _parallel(jobs: Iterator, tokenizer_dir: str, workers: int) -> Iterator[dict]:
@@ -352,4 +392,7 @@ def format_build_summary(meta: dict[str, Any]) -> str:
             f"train: {tr['examples']:,} examples in {tr['shards']} shard(s); held-out: {ho['examples']:,} examples\n"
             f"corpus: {meta['corpus_stats']}")
     lines = format_sources(meta)
+    restart = meta.get("restart")
+    if restart and any(restart.values()):
+        lines.append(format_restart(restart))
     return "\n".join([text, *lines])

@@ -16,7 +16,7 @@ Corpus SPEC syntax (one string names one input; several may be given):
     parquet:PATH[:COLUMN] Parquet files (a file, a directory's *.parquet, a glob), one document
                           per row of COLUMN (default "text"), read row group by row group
     arrow:PATH[:COLUMN]   Arrow IPC files (file or stream format; a directory's *.arrow, or a
-                          `datasets.save_to_disk` directory), memory-mapped, batch by batch
+                          `datasets.save_to_disk` directory), read batch by batch
     hf:DIR[:SPLIT[:COLUMN]]  a local Hugging Face dataset directory: save_to_disk's layout, or a
                           folder of Parquet / Arrow files per split (data/columnar.py); SPLIT
                           defaults to "train" (`hf:DIR::COLUMN` keeps the default); never downloads

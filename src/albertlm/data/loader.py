@@ -6,6 +6,13 @@ r, r + W, r + 2W, ... Every example is seen exactly once per epoch across the ra
 global batch holds the same examples whatever W is (even across an epoch boundary that does not
 divide evenly), which is what makes a 2-process run equal a 1-process run.
 
+Start-up does not read the data: the examples per shard come from meta.json (`shard_sizes`), and
+a shard is opened (its header read, its file mapped: one descriptor each) the first time one of
+its examples is asked for, so the first batch opens at most batch-size shards whatever the corpus.
+What does grow with the corpus is the epoch's permutation (8 bytes per example of the split, drawn
+when an epoch starts) and, for splits up to `VERIFY_AT_LOAD_BYTES` (256 MB) in all, the sha256
+check of every shard, which reads them once; larger splits are checked by `data stats --verify`.
+
 Masks: shards built with static masking carry their masks (the official dupe_factor scheme);
 otherwise the loader masks dynamically, drawing example i's mask in epoch e from a generator
 seeded by (seed, e, i), so it does not depend on the rank layout or on where a run resumed.
@@ -50,18 +57,19 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         self.directory = Path(directory)
         build_meta = read_build_meta(self.directory)
         build = build_meta["settings"]
-        self.shards = [Shard(p) for p in list_shards(self.directory, split)]
-        if sum(s.path.stat().st_size for s in self.shards) <= VERIFY_AT_LOAD_BYTES:
-            verify_shards(self.directory, build_meta, [s.path for s in self.shards])
-        self.sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.paths = list_shards(self.directory, split)
+        if sum(p.stat().st_size for p in self.paths) <= VERIFY_AT_LOAD_BYTES:
+            verify_shards(self.directory, build_meta, self.paths)
+        self._open: dict[int, Shard] = {}  # shards are opened when first read (module docstring)
+        self.sizes = shard_sizes(self.directory, build_meta, self.paths, self._open)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
         self.num_examples = int(self.starts[-1])
         if self.num_examples == 0:
             raise AlbertlmError(f"{self.directory}: the {split} split has no examples")
-        meta = self.shards[0].meta
-        self.vocab_size = int(meta.get("vocab_size", 0))
+        first = self.shard(int(np.flatnonzero(self.sizes)[0]))
+        self.vocab_size = int(first.meta.get("vocab_size", 0))
         self.special_ids = build_special_ids(self.directory, build_meta)
-        has_static = "mlm_positions" in self.shards[0]
+        has_static = "mlm_positions" in first
         if masking == "auto":
             masking = "static" if has_static else "dynamic"
         if masking == "static" and not has_static:
@@ -71,7 +79,7 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         self.masking = masking
         # dynamic masks follow the build's recorded settings unless told otherwise
         self.masked_lm_prob = float(build["masked_lm_prob"] if masked_lm_prob is None else masked_lm_prob)
-        self.max_predictions = int(max_predictions or meta.get("max_predictions", build["max_predictions"]))
+        self.max_predictions = int(max_predictions or first.meta.get("max_predictions", build["max_predictions"]))
         self.max_ngram = int(build["max_ngram"] if max_ngram is None else max_ngram)
         self.rank, self.world_size, self.seed, self.shuffle, self.epochs = rank, world_size, seed, shuffle, epochs
         self.position = 0  # examples this rank has taken from the stream
@@ -102,6 +110,16 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         """Examples this rank sees per epoch (ranks differ by at most one)."""
         return len(range(self.rank, self.num_examples, self.world_size))
 
+    def shard(self, s: int) -> Shard:
+        """Shard number `s` of the split, opened (header read, file mapped) on first use."""
+        shard = self._open.get(s)
+        if shard is None:
+            shard = self._open[s] = Shard(self.paths[s])
+            if len(shard) != self.sizes[s]:
+                raise AlbertlmError(f"{shard.path}: holds {len(shard)} examples where meta.json records "
+                                    f"{self.sizes[s]} (a shard from another build?); rebuild the data")
+        return shard
+
     # ------------------------------------------------------------------ iteration
     def _order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -111,7 +129,7 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
     def example(self, index: int, epoch: int = 0) -> dict[str, np.ndarray]:
         """Global example `index` as numpy arrays (masked as it would be in `epoch`)."""
         s = int(np.searchsorted(self.starts, index, side="right") - 1)
-        shard, i = self.shards[s], index - int(self.starts[s])
+        shard, i = self.shard(s), index - int(self.starts[s])
         tokens = shard.row("tokens", i).astype(np.int64)
         n = len(tokens)
         if n and (int(tokens.max()) >= self.vocab_size or int(tokens.min()) < 0):
@@ -135,7 +153,7 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
         from albertlm.data.masking import mask_instance
 
         s = int(np.searchsorted(self.starts, index, side="right") - 1)
-        shard, i = self.shards[s], index - int(self.starts[s])
+        shard, i = self.shard(s), index - int(self.starts[s])
         tokens = shard.row("tokens", i).astype(np.int64)
         word_start = shard.row("word_start", i, "tokens_offsets").astype(bool)
         return mask_instance(tokens, word_start, np.random.default_rng([self.seed, epoch, index, 1]),
@@ -153,6 +171,29 @@ class PretrainingDataset(torch.utils.data.IterableDataset):
                 self._perm = (epoch, self._order(epoch))
             self.position += 1  # advance first: the cursor always names the NEXT example
             yield self.example(int(self._perm[1][offset]), epoch)
+
+
+def shard_sizes(directory: Path, meta: dict[str, Any], paths: Sequence[Path], opened: dict[int, Shard]) -> np.ndarray:
+    """Examples in each shard, from meta.json's `shard_sizes`, without opening any shard (a build
+    made before that record: every shard is opened, and kept in `opened`).
+
+    Args:
+        directory: the build's directory (for messages).
+        meta: its meta.json content.
+        paths: the split's shard files, in order.
+        opened: index -> Shard; filled for builds without the record.
+    Returns:
+        int64 [len(paths)].
+    """
+    recorded = meta.get("shard_sizes")
+    if not isinstance(recorded, dict):
+        opened.update((s, Shard(p)) for s, p in enumerate(paths))
+        return np.array([len(opened[s]) for s in range(len(paths))], dtype=np.int64)
+    unlisted = [p for p in paths if not isinstance(recorded.get(p.name), int)]
+    if unlisted:
+        raise AlbertlmError(f"{unlisted[0]}: not listed in {Path(directory) / 'meta.json'} (a shard from another "
+                            "build?)")
+    return np.array([recorded[p.name] for p in paths], dtype=np.int64)
 
 
 VERIFY_AT_LOAD_BYTES = 256 << 20

@@ -112,12 +112,15 @@ class Shard:
         self.num_examples = int(header["num_examples"])
         self.meta: dict[str, Any] = header.get("meta", {})
         self.arrays: dict[str, np.ndarray] = {}
+        # One mapping of the whole file, the arrays views into it: each mapping holds a file
+        # descriptor, and a loader keeps hundreds of shards open (one per array would be 6-8 each).
+        whole = np.memmap(self.path, dtype=np.uint8, mode="r")
         for name, spec in header["arrays"].items():
             dtype, shape, offset = np.dtype(spec["dtype"]), tuple(spec["shape"]), int(spec["offset"])
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             if offset < 0 or offset + nbytes > size:
                 raise AlbertlmError(f"{self.path}: array {name!r} lies outside the file (truncated shard?)")
-            self.arrays[name] = (np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape)
+            self.arrays[name] = (whole[offset:offset + nbytes].view(dtype).reshape(shape)
                                  if nbytes else np.zeros(shape, dtype))
         for name, arr in self.arrays.items():
             if name.endswith("_offsets") and len(arr) != self.num_examples + 1:
