@@ -58,7 +58,7 @@ from albertlm.pooling import EMBEDDING_KEY, SentenceEmbedder
 from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, pairs_of
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.finetune import DevScorer, FinetuneRecipe, TaskRun, start_outputs, train_task
+from albertlm.train.finetune import DevScorer, FinetuneRecipe, TaskRun, read_splits, start_outputs, train_task
 from albertlm.train.loop import CountFn, LossFn
 from albertlm.utils import atomic_write_text, check_field_types
 
@@ -294,12 +294,7 @@ def prepare_run(spec: TaskSpec, data_dir, recipe: FinetuneRecipe, settings: Embe
         (the TaskRun, whose train_f are the objective's features and dev_f empty; the dev pairs).
     """
     rng = np.random.default_rng(recipe.seed)
-    train_ex = spec.read(data_dir, "train", recipe.strict)
-    dev_ex = spec.read(data_dir, "dev", recipe.strict)
-    if recipe.max_train_examples and recipe.max_train_examples < len(train_ex):
-        keep = np.sort(rng.choice(len(train_ex), recipe.max_train_examples, replace=False))
-        train_ex = [train_ex[i] for i in keep]
-    dev_ex = dev_ex[:recipe.max_eval_examples] if recipe.max_eval_examples else dev_ex
+    train_ex, dev_ex = read_splits(spec, data_dir, recipe, rng)
     dev_pairs = pairs_of(spec, dev_ex, f"{data_dir} (dev)")  # refused before any tokenizing
     length = min(recipe.resolve(spec, 1).max_seq_length, base.max_position_embeddings)
     train_f = training_features(settings.objective, spec, train_ex, tokenizer, length, f"{data_dir} (train)")

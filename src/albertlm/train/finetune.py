@@ -277,6 +277,17 @@ def output_dir(out_dir: str | Path, command: str, inputs: dict[str, str | Path])
     return OutputDir(out_dir, command, FINETUNE_FILES, inputs=inputs)
 
 
+def read_splits(spec: TaskSpec, data_dir, recipe: FinetuneRecipe, rng: np.random.Generator) -> tuple[list, list]:
+    """(train, dev) examples of the task, cut to the recipe's max_train_examples (an even draw from
+    `rng`, kept in file order) and max_eval_examples (the first ones)."""
+    train_ex = spec.read(data_dir, "train", recipe.strict)
+    dev_ex = spec.read(data_dir, "dev", recipe.strict)
+    if recipe.max_train_examples and recipe.max_train_examples < len(train_ex):
+        keep = np.sort(rng.choice(len(train_ex), recipe.max_train_examples, replace=False))
+        train_ex = [train_ex[i] for i in keep]
+    return train_ex, dev_ex[:recipe.max_eval_examples] if recipe.max_eval_examples else dev_ex
+
+
 def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, tokenizer, base: AlbertConfig,
                  labels: list[str] | None = None) -> TaskRun:
     """Read, subset and featurize the train and dev splits, and resolve the recipe for them.
@@ -293,12 +304,7 @@ def prepare_task(spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, t
         The TaskRun; nothing is written.
     """
     rng = np.random.default_rng(recipe.seed)
-    train_ex = spec.read(data_dir, "train", recipe.strict)
-    dev_ex = spec.read(data_dir, "dev", recipe.strict)
-    if recipe.max_train_examples and recipe.max_train_examples < len(train_ex):
-        keep = np.sort(rng.choice(len(train_ex), recipe.max_train_examples, replace=False))
-        train_ex = [train_ex[i] for i in keep]
-    dev_ex = dev_ex[:recipe.max_eval_examples] if recipe.max_eval_examples else dev_ex
+    train_ex, dev_ex = read_splits(spec, data_dir, recipe, rng)
     for split, examples in (("train", train_ex), ("dev", dev_ex)):
         unlabelled = sum(1 for e in examples if getattr(e, "label", "") is None or getattr(e, "tags", "") is None)
         if unlabelled:
