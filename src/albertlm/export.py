@@ -250,13 +250,13 @@ def _export_triton(model_dir: Path, out: Path, settings: ExportSettings) -> dict
 
 def _export_sentence_transformers(model_dir: Path, out: Path, settings: ExportSettings) -> dict:
     """`write_sentence_transformers` with the pooling, normalisation and length `albertlm embed` would use."""
-    from albertlm.inference.embed import EmbedSettings, load_embedder
+    from albertlm.inference.embed import EmbedSettings, embed_choice
     from albertlm.st_directory import write_sentence_transformers
 
-    # load_embedder resolves the unset choices from DIR (a sentence-transformers DIR's own) as embed does
-    choice = load_embedder(model_dir, EmbedSettings(pooling=settings.pooling, normalize=settings.normalize,
-                                                    max_seq_length=settings.max_seq_length, device="cpu",
-                                                    progress=False))
+    # the unset choices from DIR (a sentence-transformers DIR's own) as embed resolves them, weights unread
+    choice = embed_choice(model_dir, EmbedSettings(pooling=settings.pooling, normalize=settings.normalize,
+                                                   max_seq_length=settings.max_seq_length, device="cpu",
+                                                   progress=False))
     report = write_sentence_transformers(model_dir, out, choice.pooling, choice.normalize, choice.max_seq_length,
                                          onnx=settings.onnx, int8=settings.int8, dynamo=settings.dynamo)
     graph = report.pop("onnx") or {}

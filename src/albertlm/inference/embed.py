@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from albertlm.errors import AlbertlmError
 from albertlm.pooling import POOLINGS, SentenceEmbedder, saved_pooling
 from albertlm.tokenizer.base import Vocabulary
 from albertlm.utils import atomic_path, check_field_types, read_bytes
+
+if TYPE_CHECKING:
+    from albertlm.config import AlbertConfig
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 """The output files `write_vectors` writes, by extension."""
@@ -155,24 +158,31 @@ class Embedder:
         return out
 
 
-def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings()) -> Embedder:
-    """Load a directory for embedding: its backbone, its tokenizer and the pooling it asks for.
+@dataclass(frozen=True)
+class EmbedChoice:
+    """What embedding a directory means, resolved without loading its weights."""
 
-    Args:
-        model_dir: a sentence-transformers directory with ALBERT inside, or any ALBERT directory.
-        settings: pooling, normalisation, length, device and int8 (unset ones from the directory).
-    Returns:
-        The Embedder.
+    source: Path
+    """The ALBERT directory the weights and tokenizer are in (a sentence-transformers directory's module)."""
+    config: AlbertConfig
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+    lower_case: bool
+    """A sentence-transformers directory's do_lower_case (False for any other directory)."""
+
+
+def embed_choice(model_dir: str | Path, settings: EmbedSettings = EmbedSettings()) -> EmbedChoice:
+    """The pooling, normalisation and length `albertlm embed` uses for a directory: the settings' where
+    given, else the directory's own (a sentence-transformers layout's, or the pooling saved in
+    config.json, else mean). Reads only the configuration files.
+
     Raises:
-        AlbertlmError: one line: not a model directory, a tokenizer that is not the model's, pooling
-            "pooler" on weights without a pooler, a length beyond the model's positions.
+        AlbertlmError: one line: not a model directory, a length beyond the model's positions.
     """
     from albertlm.config import AlbertConfig
-    from albertlm.distributed import resolve_device
-    from albertlm.interop.hf import CONFIG_NAME, weight_names
+    from albertlm.interop.hf import CONFIG_NAME
     from albertlm.st_directory import is_sentence_transformers, read_sentence_transformers
-    from albertlm.model import AlbertModel
-    from albertlm.tokenizer import load_model_vocabulary
 
     path = Path(model_dir)
     if not path.is_dir():
@@ -187,6 +197,29 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
     normalize = settings.normalize if settings.normalize is not None else (layout is not None and layout.normalize)
     length = _max_seq_length(settings.max_seq_length, layout.max_seq_length if layout is not None else None,
                              config.max_position_embeddings)
+    return EmbedChoice(source, config, pooling, normalize, length, layout is not None and layout.do_lower_case)
+
+
+def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings()) -> Embedder:
+    """Load a directory for embedding: its backbone, its tokenizer and the pooling it asks for.
+
+    Args:
+        model_dir: a sentence-transformers directory with ALBERT inside, or any ALBERT directory.
+        settings: pooling, normalisation, length, device and int8 (unset ones from the directory: embed_choice).
+    Returns:
+        The Embedder.
+    Raises:
+        AlbertlmError: one line: not a model directory, a tokenizer that is not the model's, pooling
+            "pooler" on weights without a pooler, a length beyond the model's positions.
+    """
+    from albertlm.distributed import resolve_device
+    from albertlm.interop.hf import weight_names
+    from albertlm.model import AlbertModel
+    from albertlm.tokenizer import load_model_vocabulary
+
+    choice = embed_choice(model_dir, settings)
+    source, config, pooling, normalize, length = (choice.source, choice.config, choice.pooling, choice.normalize,
+                                                  choice.max_seq_length)
     vocabulary = load_model_vocabulary(source)
     if pooling == "pooler":
         names, weights = weight_names(source)
@@ -200,8 +233,8 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
         from albertlm.inference.quantize import quantize_int8
 
         model = quantize_int8(model, settings.int8_backend)
-    return Embedder(model.to(device), vocabulary, length, lower_case=layout is not None and layout.do_lower_case,
-                    pooling=pooling, normalize=normalize, device=device)
+    return Embedder(model.to(device), vocabulary, length, lower_case=choice.lower_case, pooling=pooling,
+                    normalize=normalize, device=device)
 
 
 def _max_seq_length(given: int | None, saved: int | None, positions: int) -> int:
