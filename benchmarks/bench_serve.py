@@ -487,6 +487,22 @@ def targets(result: dict) -> list[Target]:
     return out
 
 
+def server_stack() -> str:
+    """uvicorn's version, and the event loop and HTTP parser it picks here (every server of the run
+    shares them): uvloop and httptools when installed, else asyncio and h11."""
+    import importlib.metadata as md
+
+    def version(name: str) -> str | None:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return None
+
+    loop, http = version("uvloop"), version("httptools")
+    return (f"uvicorn {version('uvicorn')}, " + (f"uvloop {loop}" if loop else "asyncio loop") + ", "
+            + (f"httptools {http}" if http else f"h11 {version('h11')}"))
+
+
 def markdown(env: dict) -> str:
     """The docs/benchmarks.md section of a result (an envelope): every run, in-process latency, overload,
     memory, then the targets."""
@@ -494,7 +510,8 @@ def markdown(env: dict) -> str:
     s = result["settings"]
     lines = [f"## Serving: {env['date'][:10]}, {m['cpu']} ({s['threads']} thread(s) per server)", "",
              f"Command: `{env['command']}` (wall {env['wall_s'] / 60:.1f} min). Model `{result['model']}`; "
-             f"inputs: {result['inputs']}, {s['inputs_per_request']} per request; client: {s['client']}. "
+             f"inputs: {result['inputs']}, {s['inputs_per_request']} per request; client: {s['client']}; "
+             f"servers: {s.get('server_stack', 'not recorded')}. "
              f"Raw numbers: `{env['json']}`.", *(f"- {n}" for n in result["notes"]), "",
              "| server | clients | req/s | sentences/s | p50 ms | p99 ms | peak RSS MB | server CPU ms/req | "
              "client CPU ms/req | other load | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -597,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "markdown", "model", "data")}
     settings.update(data=args.data, client=f"httpx {httpx.__version__} AsyncClient, one process, one connection "
-                                            "per client")
+                                            "per client", server_stack=server_stack())
     result["settings"] = settings
     publish(envelope("benchmarks.bench_serve", argv, result, targets(result), start), args.out.resolve(), markdown,
             args.markdown)
