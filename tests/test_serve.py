@@ -279,7 +279,7 @@ def test_info_health_and_metrics(servers, models):
     assert info["backend"] == "fp32" and info["early_exit"] == {"patience": 1, "layers": 2}
     assert info["predict"] is True and info["no_predict"] is None and info["onnx_file"] is None
     assert info["embedding"] == {"pooling": "mean", "normalize": False, "dimensions": 32, "max_seq_length": 128,
-                                 "device": "cpu", "backend": "fp32"}
+                                 "device": "cpu", "backend": "fp32", "encoder": "shared"}
     assert info["limits"]["max_inputs"] == 8 and info["limits"]["max_body_bytes"] == 4096 and info["api_key"] is True
     assert KEY not in json.dumps(info)
     ner = httpx.get(servers["ner"].url + "/info").json()
@@ -390,6 +390,7 @@ def test_an_onnx_file_answers_as_predict_and_embeddings_still_come_from_the_dire
     assert info["backend"] == "onnx" and info["onnx_file"] == str(models["onnx"]) and info["device"] == "cpu"
     assert info["head"] == "AlbertForSequenceClassification" and info["early_exit"] is None
     assert info["embedding"]["pooling"] == "cls" and info["embedding"]["backend"] == "fp32"
+    assert info["embedding"]["encoder"] == "second copy"  # the file holds no torch backbone to share
     lines = [line for inputs in _requests("cls") for line in _lines(inputs)]
     r = httpx.post(server.url + "/predict", json={"inputs": [line.split("\t") if "\t" in line else line
                                                              for line in lines[:8]]}, timeout=60)
@@ -468,6 +469,7 @@ def test_an_encoder_directory_answers_predict_with_501_naming_the_reason(servers
     info = httpx.get(url + "/info").json()
     assert info["predict"] is False and info["head"] is None and info["backend"] == "fp32"
     assert info["embedding"]["pooling"] == "mean" and info["embedding"]["normalize"] is False
+    assert info["embedding"]["encoder"] == "own"
     r = httpx.post(url + "/predict", json={"inputs": "a good film ."})
     assert r.status_code == 501 and r.json()["error_type"] == "unsupported"
     assert r.json()["error"] == (f"{models['pre']} holds an AlbertForPreTraining, which has no task head: this "
@@ -516,6 +518,37 @@ def test_a_full_queue_refuses_embeddings_with_429(servers):
         assert r.json()["error"] == "the server is busy: 4 requests are waiting (--max-queue 4); retry later"
         assert held.release().status_code == 429
         assert [w.result().status_code for w in waiting] == [200] * 4
+
+
+def _held(module: torch.nn.Module) -> tuple[set[int], set[int]]:
+    """Where a module's weights are: the storage of its parameters and buffers (data_ptr), and its int8 Linear
+    layers by identity (their packed weights are neither parameters nor buffers)."""
+    from albertlm.inference.quantize import is_int8_linear
+
+    return ({t.data_ptr() for t in (*module.parameters(), *module.buffers())},
+            {id(m) for m in module.modules() if is_int8_linear(m)})
+
+
+@pytest.mark.filterwarnings("ignore:int8 backend fbgemm")
+@pytest.mark.parametrize("flags", [{}, {"patience": 1}, {"int8": True}], ids=["fp32", "early-exit", "int8"])
+def test_a_fine_tuned_directory_embeds_with_the_predict_models_encoder(models, tmp_path, flags):
+    """In-process: the embedding routes hold no second copy of the encoder (every tensor and every int8 Linear of
+    both embedders, default and flipped normalisation, is the /predict model's), and the vectors are exactly
+    `albertlm embed`'s on the same directory and flags (one batch: the same padding)."""
+    served = ServedModel(models["cls"], ServeSettings(device="cpu", **flags))
+    assert served.describe()["embedding"]["encoder"] == "shared"
+    predict_tensors, predict_int8 = _held(served.loaded.model)
+    for embedder in served._embedders.values():
+        tensors, int8 = _held(embedder.model)
+        assert tensors and tensors <= predict_tensors and int8 <= predict_int8
+        assert bool(int8) == flags.get("int8", False)  # an int8 server embeds in int8, as embed --int8 does
+    cli = ["--int8"] if flags.get("int8") else []
+    assert np.array_equal(served.embed(EMBED_TEXTS), _cli_embed(models["cls"], EMBED_TEXTS, tmp_path, *cli))
+    assert np.array_equal(served.embed(EMBED_TEXTS, normalize=True),
+                          _cli_embed(models["cls"], EMBED_TEXTS, tmp_path, "--normalize", *cli))
+    lines = ["a good film .", "a bad film ."]  # and /predict still answers as albertlm predict
+    assert [a["line"] for a in served.predict(lines)] == predict_lines(
+        models["cls"], lines, device="cpu", patience=flags.get("patience"), int8="fbgemm" if cli else None)
 
 
 def test_the_default_pooling_is_a_sentence_transformers_directorys_own(models, tmp_path):

@@ -12,6 +12,7 @@ The training loop owns the step counter and sets ``group["lr"] = lr_at(step, ...
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -20,6 +21,9 @@ from albertlm.errors import ConfigError
 
 PRETRAIN_LR = 0.00176
 PRETRAIN_BATCH = 4096
+OptimizerName = Literal["adamw", "lamb"]
+"""The optimizers `build_optimizer` makes: torch's AdamW, or the official LAMB (`Lamb`)."""
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 
 
 class Lamb(torch.optim.Optimizer):
@@ -185,7 +189,7 @@ def param_groups(model: nn.Module, weight_decay: float = 0.01) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(name: str, model: nn.Module, lr: float = PRETRAIN_LR, weight_decay: float = 0.01,
+def build_optimizer(name: OptimizerName, model: nn.Module, lr: float = PRETRAIN_LR, weight_decay: float = 0.01,
                     betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> torch.optim.Optimizer:
     """Make "lamb" (official ALBERT LAMB) or "adamw" over ``param_groups(model, weight_decay)``.
 
@@ -208,7 +212,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float = PRETRAIN_LR, weight
         return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    raise ConfigError(f"optimizer: unknown name {name!r}; expected 'lamb' or 'adamw'")
+    raise ConfigError(f"optimizer: unknown name {name!r}; expected one of {', '.join(OPTIMIZERS)}")
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, power: float = 1.0,

@@ -34,6 +34,7 @@ from albertlm.utils import atomic_path, check_field_types, read_bytes
 
 if TYPE_CHECKING:
     from albertlm.config import AlbertConfig
+    from albertlm.model import AlbertModel
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 """The output files `write_vectors` writes, by extension."""
@@ -207,7 +208,7 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
         model_dir: a sentence-transformers directory with ALBERT inside, or any ALBERT directory.
         settings: pooling, normalisation, length, device and int8 (unset ones from the directory: embed_choice).
     Returns:
-        The Embedder.
+        The Embedder (`embedder_on` the backbone loaded here).
     Raises:
         AlbertlmError: one line: not a model directory, a tokenizer that is not the model's, pooling
             "pooler" on weights without a pooler, a length beyond the model's positions.
@@ -218,23 +219,44 @@ def load_embedder(model_dir: str | Path, settings: EmbedSettings = EmbedSettings
     from albertlm.tokenizer import load_model_vocabulary
 
     choice = embed_choice(model_dir, settings)
-    source, config, pooling, normalize, length = (choice.source, choice.config, choice.pooling, choice.normalize,
-                                                  choice.max_seq_length)
-    vocabulary = load_model_vocabulary(source)
-    if pooling == "pooler":
-        names, weights = weight_names(source)
+    vocabulary = load_model_vocabulary(choice.source)
+    if choice.pooling == "pooler":
+        names, weights = weight_names(choice.source)
         if not {"pooler.weight", "albert.pooler.weight"} & names:
             raise AlbertlmError(f"{weights}: no pooler weights (pooler.weight); pooling 'pooler' needs ALBERT's "
                                 "pooler: choose cls, mean or max")
     device = resolve_device("cpu" if settings.int8 else settings.device)
-    backbone = AlbertModel.from_pretrained(source, config=config, add_pooling_layer=pooling == "pooler")
-    model = SentenceEmbedder(backbone, pooling, normalize).eval()
+    backbone = AlbertModel.from_pretrained(choice.source, config=choice.config,
+                                           add_pooling_layer=choice.pooling == "pooler")
     if settings.int8:
         from albertlm.inference.quantize import quantize_int8
 
-        model = quantize_int8(model, settings.int8_backend)
-    return Embedder(model.to(device), vocabulary, length, lower_case=choice.lower_case, pooling=pooling,
-                    normalize=normalize, device=device)
+        backbone = quantize_int8(backbone, settings.int8_backend)
+    return embedder_on(backbone.to(device), choice, vocabulary, device)
+
+
+def embedder_on(backbone: AlbertModel, choice: EmbedChoice, vocabulary: Vocabulary, device: torch.device
+                ) -> Embedder:
+    """The Embedder of a resolved directory (`embed_choice`) on a backbone already loaded from it, its
+    weights used as they are (shared, not copied).
+
+    `load_embedder` ends here with the backbone it loads; `albertlm serve` calls it with the backbone of the
+    head it loaded for /predict, so both routes run one copy of the encoder. An int8 backbone gives what
+    `load_embedder`'s int8 gives: `quantize_int8` swaps each Linear for one quantized from that Linear's
+    weights alone, the same whether the backbone is quantized inside its head or by itself.
+
+    Args:
+        backbone: the AlbertModel of `choice.source` (fp32, or int8 by `quantize_int8`), on `device`, with its
+            pooler when `choice.pooling` is "pooler".
+        choice: the pooling, normalisation, length and lower-casing to embed with.
+        vocabulary: the directory's tokenizer.
+        device: where `backbone` is.
+    Returns:
+        The Embedder; the backbone is put in eval mode.
+    """
+    model = SentenceEmbedder(backbone, choice.pooling, choice.normalize).eval()
+    return Embedder(model, vocabulary, choice.max_seq_length, lower_case=choice.lower_case, pooling=choice.pooling,
+                    normalize=choice.normalize, device=device)
 
 
 def _max_seq_length(given: int | None, saved: int | None, positions: int) -> int:

@@ -3,9 +3,17 @@
   - predictions: a fine-tuned directory (`inference.load.load_model_dir`, torch, int8 or an exported ONNX
     file), a batch of input lines predicted with `inference.predict.predict_batch`, the path `albertlm
     predict` takes, so every answer's `line` is what predict prints for it;
-  - embeddings: any directory `albertlm embed` reads (`inference.embed.load_embedder`: pretrained,
-    fine-tuned or sentence-transformers), texts encoded by `Embedder.encode`, the path `albertlm embed`
-    takes. A directory without a task head serves embeddings only (`no_predict` says why).
+  - embeddings: any directory `albertlm embed` reads (pretrained, fine-tuned or sentence-transformers), texts
+    encoded by `Embedder.encode`, the path `albertlm embed` takes. A directory without a task head serves
+    embeddings only (`no_predict` says why).
+
+The encoder is held once where it can be: on a fine-tuned directory run by torch (fp32 or int8, early exit
+or not), the embedder is built on the /predict model's backbone (`inference.embed.embedder_on`), which
+computes what `albertlm embed` loads (int8: the same Linear layers quantized the same way, each from its
+own weights; early exit: `patience_forward` walks the backbone's layers, its forward still runs them all).
+An ONNX file has no torch backbone, and a head without a pooler has none to share for `--pooling pooler`:
+those load the directory a second time (`inference.embed.load_embedder`). `/info` says which
+(`embedding.encoder`).
 
 `run` is what the batcher calls: a batch of tagged items (`Item`), predictions and embeddings each
 computed in one call, the results back in item order. tests/test_serve.py checks every served answer
@@ -29,6 +37,9 @@ SPECIAL_TOKENS = 3
 PREDICT_BATCH = 64
 """Features per forward pass at least: `albertlm predict`'s default --batch-size."""
 
+SHARED_BACKENDS = ("torch", "int8")
+"""The `LoadedModel.backend`s whose model holds the backbone (`.albert`) the embedding routes run."""
+
 PREDICT, EMBED = "predict", "embed"
 Item = tuple[str, Any, str]
 """One input of a batch: (PREDICT, None, input line) or (EMBED, normalize, text)."""
@@ -47,7 +58,7 @@ class ServedModel:
     """
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings):
-        from albertlm.inference.embed import EmbedSettings, load_embedder
+        from albertlm.inference.embed import EmbedSettings
         from albertlm.inference.load import load_model_dir
 
         if not Path(model_dir).is_dir():
@@ -65,9 +76,11 @@ class ServedModel:
                 if on:
                     raise AlbertlmError(f"{flag} needs a fine-tuned directory: {self.no_predict}")
         device = self.loaded.device.type if self.loaded is not None else settings.device
-        self.embedder = load_embedder(model_dir, EmbedSettings(pooling=settings.pooling, normalize=settings.normalize,
-                                                               device=device, int8=settings.int8,
-                                                               int8_backend=settings.int8_backend, progress=False))
+        self.embedder, self.embedding_encoder = self._embedder(EmbedSettings(
+            pooling=settings.pooling, normalize=settings.normalize, device=device, int8=settings.int8,
+            int8_backend=settings.int8_backend, progress=False))
+        """The embedding routes' Embedder, and where its encoder is: "shared" (the /predict model's backbone),
+        "second copy" (loaded again beside it) or "own" (no /predict)."""
         self.normalize = self.embedder.normalize
         """Whether vectors are normalised when a request does not say."""
         self._embedders = {self.normalize: self.embedder, not self.normalize: renormalized(self.embedder)}
@@ -86,6 +99,19 @@ class ServedModel:
             self.config, self.tokenizer, self.family = self.embedder.model.config, self.embedder.vocabulary, None
             self.head, self.device, self.features, self.labels = None, self.embedder.device, None, None
             self.forward_batch = None
+
+    def _embedder(self, settings):
+        """The Embedder `albertlm embed` would load with these settings, on the /predict model's backbone
+        where it holds one that computes the same (see the module docstring); and which it is."""
+        from albertlm.inference.embed import embed_choice, embedder_on, load_embedder
+
+        if self.loaded is None:
+            return load_embedder(self.model_dir, settings), "own"
+        choice = embed_choice(self.model_dir, settings)
+        backbone = self.loaded.model.albert if self.loaded.backend in SHARED_BACKENDS else None
+        if backbone is None or (choice.pooling == "pooler" and backbone.pooler is None):
+            return load_embedder(self.model_dir, settings), "second copy"
+        return embedder_on(backbone, choice, self.loaded.tokenizer, self.loaded.device), "shared"
 
     @property
     def title(self) -> str:
@@ -172,7 +198,8 @@ class ServedModel:
                 "predict": self.no_predict is None, "no_predict": self.no_predict,
                 "embedding": {"pooling": e.pooling, "normalize": self.normalize, "dimensions": e.dim,
                               "max_seq_length": e.max_seq_length, "device": str(e.device),
-                              "backend": "fp32" if self.backend == "onnx" else self.backend}}
+                              "backend": "fp32" if self.backend == "onnx" else self.backend,
+                              "encoder": self.embedding_encoder}}
 
 
 def predict_refusal(model_dir: str | Path) -> str | None:

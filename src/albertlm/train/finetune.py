@@ -38,10 +38,10 @@ from albertlm.inference.post import score
 from albertlm.inference.run import to_device
 from albertlm.heads import reinit_pooler
 from albertlm.interop.hf import transformers_can_load
-from albertlm.optim import build_optimizer, lr_at
+from albertlm.optim import OptimizerName, build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.loop import Cadence, CountFn, LossFn, StepSettings, run_steps
+from albertlm.train.loop import Cadence, CountFn, LossFn, Precision, StepSettings, run_steps
 from albertlm.train.metrics import MetricsLogger
 from albertlm.outputs import FINETUNE_FILES, MODEL_FILES, OutputDir
 from albertlm.utils import atomic_write_text, check_field_types
@@ -77,13 +77,13 @@ class FinetuneRecipe:
     max_answer_length: int | None = None
     """QA: longest answer predicted, in pieces (None: 30, or 64 for a Chinese vocabulary, whose pieces are
     single characters: at 30, even perfect CMRC 2018 dev predictions would score 94.5 EM, at 64 99.7)."""
-    optimizer: str = "adamw"
+    optimizer: OptimizerName = "adamw"
     """adamw (the official fine-tuning optimizer) or lamb."""
     weight_decay: float = 0.01
     """Decoupled weight decay (LayerNorm and biases excluded)."""
     clip_norm: float = 1.0
     """Global gradient-norm clip."""
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     """fp32, bf16 or fp16 (GPU)."""
     eval_every: int | None = None
     """Evaluate on dev every N steps (default: 10 evaluations per run) and at the end."""
@@ -117,9 +117,7 @@ class FinetuneRecipe:
     """Sentence-level heads: draw the pooler afresh (N(0, initializer_range)) instead of keeping the model's."""
 
     def __post_init__(self) -> None:
-        check_field_types(self)
-        if self.optimizer not in ("adamw", "lamb") or self.precision not in ("fp32", "bf16", "fp16"):
-            raise AlbertlmError("optimizer must be adamw or lamb, precision fp32, bf16 or fp16")
+        check_field_types(self)  # optimizer and precision among their Literal's values, named
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise AlbertlmError(f"classifier_pooling must be one of {', '.join(CLASSIFIER_POOLINGS)}, got "
                                 f"{self.classifier_pooling!r}")

@@ -13,7 +13,7 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import nn
@@ -28,7 +28,9 @@ LossFn = Callable[[nn.Module, Batch, dict[str, float]], tuple[torch.Tensor, dict
 # count_fn(batch) -> {name: count} of the targets each loss is averaged over
 CountFn = Callable[[Batch], dict[str, float]]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+Precision = Literal["fp32", "bf16", "fp16"]
+"""How a step computes: fp32, bf16 (autocast on CPU or GPU) or fp16 (autocast + gradient scaler, GPU only)."""
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 class NonFiniteLossError(AlbertlmError):
@@ -39,7 +41,7 @@ class NonFiniteLossError(AlbertlmError):
 class StepSettings:
     """How every optimizer step is taken."""
 
-    precision: str = "fp32"
+    precision: Precision = "fp32"
     """fp32, bf16 (autocast on CPU or GPU) or fp16 (autocast + gradient scaler, GPU only)."""
     clip_norm: float | None = 1.0
     """Global gradient-norm clipping before the step (official: 1.0); None disables it."""
@@ -53,7 +55,7 @@ class StepSettings:
             raise AlbertlmError(f"on_nonfinite must be skip or stop, got {self.on_nonfinite!r}")
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
+def resolve_precision(precision: str, device: torch.device) -> Precision:
     """"auto" becomes bf16 where the hardware multiplies bf16 natively, fp32 elsewhere.
 
     Native means a CUDA device with bf16 support, or a CPU whose flags (Linux /proc/cpuinfo) list
