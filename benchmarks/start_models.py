@@ -1,9 +1,11 @@
 """The model directories measurements and studies start from: a random albert-tiny with a vocabulary
-trained on a task's training text (the no-pretraining baseline), and a pretrained directory's
-configuration and tokenizer with fresh weights (the control for what pretraining adds).
+trained on a task's training text (the no-pretraining baseline), a pretrained directory's
+configuration and tokenizer with fresh weights (the control for what pretraining adds), and
+weights drawn tensor by tensor for measurements that must not let any two tensors be equal.
 
-`benchmarks.early_exit` fine-tunes the first (12 layers deep), `experiments.finetune_real` both, and
-`experiments.transfer_diagnostics` compares a pretrained model with the second.
+`benchmarks.early_exit` fine-tunes the first (12 layers deep), `experiments.finetune_real` both,
+`experiments.transfer_diagnostics` compares a pretrained model with the second, and the embedding
+benchmarks (`benchmarks.bench_embed_export`, `benchmarks.bench_embed`) export and time the third.
 """
 
 from __future__ import annotations
@@ -16,6 +18,19 @@ import torch
 from albertlm import AlbertForPreTraining, get_preset
 from albertlm.tasks.registry import get_task
 from albertlm.tokenizer import Tokenizer, train_tokenizer
+
+
+def drawn_weights(model: torch.nn.Module, seed: int, scale: float = 0.05) -> torch.nn.Module:
+    """Every parameter of `model` drawn anew from one generator, so that no two tensors are equal (an
+    exporter cannot merge them by value): N(0, scale), LayerNorm weights around 1. In place; returns
+    the model in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            for name, p in module.named_parameters(recurse=False):
+                base = 1.0 if isinstance(module, torch.nn.LayerNorm) and name == "weight" else 0.0
+                p.copy_(base + scale * torch.randn(p.shape, generator=gen))
+    return model.eval()
 
 
 def training_text(task: str, data: Path) -> list[str]:

@@ -257,3 +257,45 @@ def test_the_size_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     assert result["ours"]["fp32"]["ratio"] <= 1.05 and envelope["targets"] and all(t["met"] for t in envelope["targets"])
     assert result["plain"]["legacy"]["cosine_fp32_vs_ours_fp32"] > 0.9999
     assert {"fp32", "int8", "cosine_int8_vs_ours_int8"} <= set(result["plain"]["legacy"])
+
+
+def test_the_size_benchmarks_sentence_transformers_directory_holds_its_weights(tmp_path, one_thread):
+    """What --st-python hands to sentence-transformers: our export of the benchmark's random weights."""
+    from albertlm.pooling import SentenceEmbedder
+    from benchmarks import bench_embed_export as bench
+
+    args = bench.parse_args(["--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64",
+                             "--embedding", "16", "--vocab", "100", "--batch", "3", "--length", "12"])
+    backbone = bench.random_backbone(args)
+    st_dir = bench.write_directories(backbone, tmp_path)
+    assert (st_dir / "modules.json").is_file() and not (st_dir / "onnx").exists()
+    feed = bench.inputs(args)
+    ids, mask = torch.from_numpy(feed["input_ids"]), torch.from_numpy(feed["attention_mask"])
+    loaded = load_embedder(st_dir, EmbedSettings(device="cpu", progress=False))
+    assert (loaded.pooling, loaded.normalize, loaded.vocabulary.vocab_size) == ("mean", False, 100)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(ids, mask), SentenceEmbedder(backbone, "mean")(ids, mask))
+
+
+def test_the_size_benchmark_refuses_an_st_python_that_is_not_a_program(tmp_path, capsys):
+    from benchmarks import bench_embed_export as bench
+
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--st-python", str(tmp_path / "python")])
+    assert stop.value.code == 2 and "--st-python" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_size_benchmark_names_a_failing_sentence_transformers_side(tmp_path, capsys):
+    """An interpreter without optimum (this one, here): one line naming the flag and the child, exit 1."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("optimum") is not None:
+        pytest.skip("optimum is installed: the child would succeed")
+    from benchmarks import bench_embed_export as bench
+
+    assert bench.main(["--layers", "2", "--hidden", "32", "--heads", "4", "--intermediate", "64", "--embedding", "16",
+                       "--vocab", "100", "--batch", "3", "--length", "12", "--st-python", sys.executable]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"bench_embed_export: --st-python {sys.executable}: benchmarks.st_onnx_export exited")
