@@ -238,7 +238,7 @@ async def _drive(url: str, bodies: list[bytes], concurrency: int, warmup: int, r
                  timeout_s: float, timed, on_progress=None) -> tuple[list[tuple[float, int | str]], float, float]:
     """`warmup` untimed requests, then `requests` timed ones (or until max_seconds) inside the context
     manager `timed`, from `concurrency` clients posting back to back. Returns ([(latency s, status,
-    "timeout", "connection" or another httpx error's name)], wall s, this process's CPU s during the
+    "timeout", "connection (the httpx error)" or another httpx error's name)], wall s, this process's CPU s during the
     timed part)."""
     import httpx
 
@@ -255,8 +255,8 @@ async def _drive(url: str, bodies: list[bytes], concurrency: int, warmup: int, r
                         outcome = (await client.post("/predict", content=body)).status_code
                     except httpx.TimeoutException:
                         outcome = "timeout"
-                    except httpx.TransportError:
-                        outcome = "connection"
+                    except httpx.TransportError as exc:  # which one: a refused connect, a reset, a closed keep-alive
+                        outcome = f"connection ({type(exc).__name__})"
                     except httpx.HTTPError as exc:
                         outcome = type(exc).__name__
                     records.append((time.perf_counter() - t, outcome))
