@@ -196,7 +196,7 @@ def servers(models) -> dict[str, Server]:
         "reg": Server(models["reg"], logs / "reg", *batch("reg")),
         "ner": Server(models["ner"], logs / "ner", "--max-queue", str(len(_requests("ner"))), *batch("ner")),
         "enc": Server(models["pre"], logs / "enc", "--max-wait-ms", "60000", "--max-queue", "4", "--max-inputs", "6",
-                      "--max-body-bytes", "2048"),
+                      "--max-body-bytes", "2048", "--keep-alive-s", "1"),
     }
     if models["onnx"] is not None:
         started["onnx"] = Server(models["cls"], logs / "onnx", "--onnx", str(models["onnx"]), "--pooling", "cls")
@@ -289,6 +289,36 @@ def test_info_health_and_metrics(servers, models):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert cls.metrics()["albertlm_requests_total{code=200,route=/health}"] >= 1
     assert httpx.post(cls.url + "/predict", json={"inputs": []}, headers=AUTH).json() == []
+
+
+def _health_on(sock) -> bytes:
+    """One keep-alive GET /health on an open socket; the raw answer."""
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    return answer
+
+
+def test_an_idle_keep_alive_connection_stays_open_for_keep_alive_s(servers):
+    """--keep-alive-s 1 closes an idle connection after a second; the default (30) keeps it for the
+    client's next request, over the same socket."""
+    import socket
+    from urllib.parse import urlsplit
+
+    def connect(server):
+        u = urlsplit(server.url)
+        return socket.create_connection((u.hostname, u.port), timeout=10)
+
+    with connect(servers["enc"]) as short, connect(servers["reg"]) as default:
+        assert b" 200 " in _health_on(short) and b" 200 " in _health_on(default)
+        time.sleep(2.5)
+        assert short.recv(4096) == b""  # the server closed it
+        assert b" 200 " in _health_on(default)  # still open
+    assert httpx.get(servers["enc"].url + "/info").json()["limits"]["keep_alive_s"] == 1
 
 
 def test_question_answering_and_multiple_choice_answer_as_predict(models, tmp_path):
@@ -594,6 +624,7 @@ def test_bad_directories_flags_and_a_busy_port_are_one_line_errors(models, tmp_p
     assert "--onnx needs a fine-tuned directory: " in error(models["pre"], "--onnx", onnx)
     assert f"{onnx}: no such ONNX file" in error(models["cls"], "--onnx", onnx)
     assert "--max-queue must be at least 1, got 0" in error(models["cls"], "--max-queue", "0")
+    assert "--keep-alive-s must be at least 1, got 0" in error(models["cls"], "--keep-alive-s", "0")
     assert "--api-key must be a non-empty key without spaces" in error(models["cls"], "--api-key", "a b")
     assert "--port must lie in [0, 65535], got 70000" in error(models["cls"], "--port", "70000")
     with socket.socket() as taken:

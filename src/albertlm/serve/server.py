@@ -102,7 +102,8 @@ def serve(model_dir: str | Path, settings: ServeSettings, log=lambda line: print
     log(f"albertlm serve: {model.title} from {model_dir} ({model.backend}, {model.device}"
         + (f", patience {model.patience}" if model.patience is not None else "") + f") on http://{shown}:{port}")
     app = create_app(model, settings)
-    config = uvicorn.Config(app, log_level="info", lifespan="on", timeout_graceful_shutdown=None)
+    config = uvicorn.Config(app, log_level="info", lifespan="on", timeout_graceful_shutdown=None,
+                            timeout_keep_alive=settings.keep_alive_s)
     server = _server_class()(config, app.state.batcher)
     # uvicorn re-raises a SIGTERM it handled once it has shut down; its default action would end the process
     # with status 143 after a clean drain. Ignoring that second delivery lets the command return 0.

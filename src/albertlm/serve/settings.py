@@ -58,6 +58,10 @@ class ServeSettings:
     """Inputs in one request at most; more are refused with 413."""
     max_body_bytes: int = 1_048_576
     """Bytes in one request body at most; more are refused with 413."""
+    keep_alive_s: int = 30
+    """Seconds an idle keep-alive connection stays open for the client's next request. A request sent as
+    the server closes the connection is lost on the way (the race of every HTTP keep-alive), so this must
+    outlast a busy client's gap between two requests; uvicorn's own default is 5."""
 
     def __post_init__(self) -> None:
         from albertlm.inference.exit import check_patience
@@ -69,7 +73,7 @@ class ServeSettings:
             raise AlbertlmError(f"--port must lie in [0, 65535], got {self.port}")
         if self.api_key is not None and (not self.api_key or any(c.isspace() for c in self.api_key)):
             raise AlbertlmError("--api-key must be a non-empty key without spaces")
-        for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
+        for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes", "keep_alive_s"):
             if getattr(self, name) < 1:
                 raise AlbertlmError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.max_wait_ms < 0:
@@ -98,5 +102,5 @@ class ServeSettings:
 
     def limits(self) -> dict[str, float]:
         """The batching and request limits, as /info shows them."""
-        keys = ("max_batch_tokens", "max_wait_ms", "max_queue", "max_inputs", "max_body_bytes")
+        keys = ("max_batch_tokens", "max_wait_ms", "max_queue", "max_inputs", "max_body_bytes", "keep_alive_s")
         return {k: v for k, v in asdict(self).items() if k in keys}
