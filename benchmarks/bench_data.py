@@ -82,6 +82,12 @@ _PEAK_RSS_MB = ("import json, pathlib, resource, time\n"
                 "    except OSError: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n")
 
 
+def _child_json(code: str) -> dict:
+    """Run `code` in a fresh interpreter; the JSON object its last line of stdout prints."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def first_batch_child(out: str, batch: int = 32) -> dict:
     """Seconds from opening a built directory to its first collated batch, in a fresh interpreter
     (after `import albertlm.data.loader`, whose torch import is timed apart), and what it opened."""
@@ -92,8 +98,7 @@ def first_batch_child(out: str, batch: int = 32) -> dict:
             "print(json.dumps({'seconds': t2-t1, 'import_seconds': t1-t0, 'batch': len(b['input_ids']), "
             "'examples': ds.num_examples, 'shards': len(ds.paths), 'shards_opened': len(ds._open), "
             "'checksummed_at_load': sum(p.stat().st_size for p in ds.paths) <= VERIFY_AT_LOAD_BYTES}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _child_json(code)
 
 
 def raw_sentencepiece(tok_dir: Path, sentences: list[str]) -> dict:
@@ -324,8 +329,7 @@ def first_step_child(out: str, preset: str = "albert-mini", batch: int = 32) -> 
             "m(**b).loss.backward(); opt.step(); t2=time.perf_counter(); "
             "print(json.dumps({'seconds': t2-t1, 'import_seconds': t1-t0, 'examples': tr.num_examples, "
             "'shards': len(tr.paths), 'shards_opened': len(tr._open)}))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _child_json(code)
 
 
 def scale(args: argparse.Namespace, work: Path, tok: Path) -> tuple[dict, list[Target]]:
