@@ -48,7 +48,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.harness import Target, envelope, publish
+from benchmarks.harness import Target, envelope, publish, tree_rss
 
 
 def _build_child(corpus: str, tok: str, out: str, seq: int, workers: int, shard_examples: int = 65536) -> dict:
@@ -242,34 +242,6 @@ def _build_argv(corpus: str, tok: str, out: str, seq: int, workers: int, shard_e
             str(seq), "--workers", str(workers), "--shard-examples", str(shard_examples), "--no-progress"]
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, summed (pages two processes share count
-    twice: an upper bound of what the build holds)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        kb = _status_kb(p, "VmRSS")
-        total += kb or 0
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    todo.extend(int(c) for c in fh.read().split())
-        except OSError:
-            pass
-    return total / 1024
-
-
-def _status_kb(pid: int, field: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def timed_build(corpus: str, tok: str, out: Path, seq: int, workers: int, shard_examples: int,
                 kill_after_shards: int | None = None, interval_s: float = 0.5) -> dict:
     """`albertlm data build` as a user runs it, in its own process: wall seconds, seconds to the first
@@ -283,7 +255,7 @@ def timed_build(corpus: str, tok: str, out: Path, seq: int, workers: int, shard_
     first = out / "train-00000.shard"  # an interrupted build's stale one is removed first: count only a new one
     while proc.poll() is None:
         elapsed = time.perf_counter() - t0
-        timeline.append((round(elapsed, 1), round(_tree_rss_mb(proc.pid), 1)))
+        timeline.append((round(elapsed, 1), round(tree_rss(proc.pid) / 2**20, 1)))
         if first_shard is None and first.exists() and first.stat().st_mtime >= wall0:
             first_shard = elapsed
         if kill_after_shards is not None and len(list(out.glob("train-*.shard"))) >= kill_after_shards:

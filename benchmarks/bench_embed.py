@@ -26,7 +26,7 @@ length (fixed seed). Models:
   - --model DIR: a real ALBERT directory (its own tokenizer, pooling and length).
 
     python -m benchmarks.bench_embed                                       # tiny, synthetic text
-    python -m benchmarks.bench_embed --data ../shared/data/STS-B --base-shaped --sentences 1000 --rounds 5 \\
+    python -m benchmarks.bench_embed --data DATA/STS-B --base-shaped --sentences 1000 --rounds 5 \\
         --out benchmarks/results/embed-speed.json                          # ~5 min on 2 quiet cores
 
 (all 3,000 dev sentences: about three times as long.)
@@ -49,12 +49,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
 from albertlm.inference.embed import EmbedSettings, Embedder, load_embedder
-from albertlm.model import AlbertModel
-from benchmarks.harness import Quiet, Target, compare, envelope, publish
-from benchmarks.start_models import drawn_weights
+from benchmarks.harness import Quiet, Target, compare, envelope, min_cosine, publish
+from benchmarks.start_models import random_albert
 
 TINY = {"layers": 6, "hidden": 64, "embedding": 32, "heads": 4, "intermediate": 256, "vocab": 1000}
 BASE_SHAPED = {"layers": 12, "hidden": 768, "embedding": 128, "heads": 12, "intermediate": 3072, "vocab": 30000}
@@ -118,10 +116,7 @@ def random_model_dir(args: argparse.Namespace, texts: list[str], out: Path) -> t
     shape.update({k: getattr(args, k) for k in ("layers", "vocab") if getattr(args, k) is not None})
     train_tokenizer(texts, out, vocab_size=shape["vocab"], seed=0, log=lambda m: None)
     shape["vocab"] = Tokenizer.load(out).vocab_size
-    config = AlbertConfig(vocab_size=shape["vocab"], embedding_size=shape["embedding"], hidden_size=shape["hidden"],
-                          num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
-                          intermediate_size=shape["intermediate"], max_position_embeddings=512)
-    drawn_weights(AlbertModel(config, add_pooling_layer=False), seed=0).save_pretrained(out)
+    random_albert(shape).save_pretrained(out)
     return out, shape
 
 
@@ -139,9 +134,7 @@ def st_tokenize_all(model, texts: list[str], batch: int) -> None:
 
 
 def parity(ours: np.ndarray, theirs: np.ndarray) -> dict:
-    norms = np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1)
-    return {"max_abs": float(np.abs(ours - theirs).max()),
-            "min_cosine": float(((ours * theirs).sum(1) / np.maximum(norms, 1e-12)).min())}
+    return {"max_abs": float(np.abs(ours - theirs).max()), "min_cosine": min_cosine(ours, theirs)}
 
 
 def side(seconds: list[float], tokenize: list[float], n: int) -> dict:

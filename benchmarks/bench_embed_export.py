@@ -62,13 +62,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from albertlm.config import AlbertConfig
 from albertlm.errors import AlbertlmError
 from albertlm.interop.onnx import export_onnx, initializer_bytes, parameter_bytes, quantize_onnx_int8
 from albertlm.model import AlbertModel
 from albertlm.pooling import SentenceEmbedder
-from benchmarks.harness import REPO, Target, envelope, publish
-from benchmarks.start_models import drawn_weights
+from benchmarks.harness import REPO, Target, envelope, min_cosine, publish
+from benchmarks.start_models import random_albert
 
 BASE_SHAPED = {"layers": 6, "hidden": 768, "embedding": 128, "heads": 12, "intermediate": 3072, "vocab": 30000}
 
@@ -106,10 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def random_backbone(args: argparse.Namespace) -> AlbertModel:
     """An all-shared AlbertModel (no pooler: mean pooling does not use it), every tensor drawn at random."""
-    config = AlbertConfig(vocab_size=args.vocab, embedding_size=args.embedding, hidden_size=args.hidden,
-                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                          intermediate_size=args.intermediate, max_position_embeddings=max(512, args.length))
-    return drawn_weights(AlbertModel(config, add_pooling_layer=False), seed=0)
+    return random_albert({k: getattr(args, k) for k in BASE_SHAPED}, positions=max(512, args.length))
 
 
 def inputs(args: argparse.Namespace) -> dict[str, np.ndarray]:
@@ -187,10 +183,6 @@ def run(path: Path, feed: dict[str, np.ndarray], threads: int) -> np.ndarray:
 def mean_pool(tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
     keep = mask[..., None].astype(tokens.dtype)  # [B, S, 1]
     return (tokens * keep).sum(1) / np.maximum(keep.sum(1), 1.0)  # [B, H]
-
-
-def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
 
 
 def sizes(path: Path, distinct: int) -> dict:

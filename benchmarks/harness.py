@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 
@@ -313,6 +314,25 @@ class ProcessProbe:
             fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         return None
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants, summed (pages two of them share count twice:
+    an upper bound of what the tree holds); 0 once it has ended. Linux (/proc) only."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += _status_kb(p, "VmRSS") or 0
+        with contextlib.suppress(OSError, ValueError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo.extend(int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split())
+    return total
+
+
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The lowest cosine between matching rows of two [N, D] arrays."""
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(((a * b).sum(1) / np.maximum(norms, 1e-12)).min())
 
 
 class PeakRss:

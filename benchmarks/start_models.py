@@ -33,6 +33,18 @@ def drawn_weights(model: torch.nn.Module, seed: int, scale: float = 0.05) -> tor
     return model.eval()
 
 
+def random_albert(shape: dict, positions: int = 512, seed: int = 0):
+    """An all-shared AlbertModel without a pooler, of `shape` ({"layers", "hidden", "embedding", "heads",
+    "intermediate", "vocab"}), every tensor drawn (`drawn_weights`)."""
+    from albertlm.config import AlbertConfig
+    from albertlm.model import AlbertModel
+
+    config = AlbertConfig(vocab_size=shape["vocab"], embedding_size=shape["embedding"], hidden_size=shape["hidden"],
+                          num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+                          intermediate_size=shape["intermediate"], max_position_embeddings=positions)
+    return drawn_weights(AlbertModel(config, add_pooling_layer=False), seed=seed)
+
+
 def training_text(task: str, data: Path) -> list[str]:
     """The training split's text (a pair as one line), the only corpus the random-init baseline's tokenizer sees."""
     examples = get_task(task).read(data, "train")
