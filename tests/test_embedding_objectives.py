@@ -197,8 +197,6 @@ def test_refusals_are_one_line(model_dir, tmp_path, capsys):
     for argv, message in cases.items():
         assert main([*base, *argv]) == 2, argv
         assert message in _one_line(capsys), argv
-    assert main(["finetune", "--task", "sts-b", "--data", str(stsb), "--objective", "mnrl"]) == 2
-    assert "--objective mnrl needs --model DIR" in _one_line(capsys)
     assert not (tmp_path / "out").exists()
     with pytest.raises(AlbertlmError, match="no sentence pairs"):
         finetune_embedder("sst-2", model_dir, sst, tmp_path / "o2", FinetuneRecipe(steps=1),

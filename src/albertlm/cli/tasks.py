@@ -59,7 +59,8 @@ def task_from_args(args: argparse.Namespace):
 
 def finetune_run(args: argparse.Namespace) -> int:
     """Fine-tune on a task, keep the best dev checkpoint, print the metrics table; without --model, train
-    from scratch within --budget and print the count-based baseline beside the dev score."""
+    from scratch within --budget (a task head, or with --objective a sentence embedder) and print the
+    count-based baseline beside the dev score."""
     import dataclasses
 
     from albertlm.tasks.registry import task_table
@@ -74,11 +75,8 @@ def finetune_run(args: argparse.Namespace) -> int:
                             "it to train from scratch within --budget MINUTES)")
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneRecipe) if hasattr(args, f.name)}
     embedding = dataclass_from_args(EmbeddingSettings, args)
-    if args.model is None and embedding.objective != "task":
-        raise AlbertlmError(f"--objective {embedding.objective} needs --model DIR (the backbone to train); without "
-                            "--model a task head is trained from scratch")
     if args.model is None:
-        return _finetune_from_scratch(args, given)
+        return _finetune_from_scratch(args, given, embedding)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
     _one_line_warnings()
@@ -93,32 +91,44 @@ def finetune_run(args: argparse.Namespace) -> int:
 
 def _finetune_embedder(args: argparse.Namespace, spec, recipe, embedding) -> int:
     """finetune with an embedding objective (train/embedding.py): the table, then where the vectors are."""
-    from albertlm.train.embedding import finetune_embedder
+    from albertlm.train.embedding import finetune_embedder, format_embedding
     from albertlm.train.finetune import format_results
 
     results = finetune_embedder(spec, args.model, args.data, args.out or f"runs/finetune-{spec.name}", recipe, embedding,
                                 device=args.device, progress=not args.no_progress)
     print(format_results(results))
-    copy = results["sentence_transformers"] or f"not written ({results['sentence_transformers_note']})"
-    print(f"{embedding.pooling} pooling, saved in config.json (albertlm embed reads it); sentence-transformers "
-          f"copy: {copy}")
+    print(format_embedding(results))
     return 0
 
 
-def _finetune_from_scratch(args: argparse.Namespace, given: dict) -> int:
-    """finetune without --model (train/scratch.py): the recipe flags given are laid over the default recipe."""
+def _finetune_from_scratch(args: argparse.Namespace, given: dict, embedding) -> int:
+    """finetune without --model (train/scratch.py; with an embedding objective, train/scratch_embedding.py):
+    the recipe flags given are laid over the default recipe."""
+    from albertlm.train import scratch_embedding
+    from albertlm.train.embedding import format_embedding
     from albertlm.train.finetune import format_results
-    from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, finetune_from_scratch, format_scratch
+    from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, baseline_wins, finetune_from_scratch,
+                                        format_scratch)
 
-    recipe = DEFAULT_RECIPE.with_finetune(**given)
+    embedder = embedding.objective != "task"
+    default = scratch_embedding.default_recipe(embedding.objective) if embedder else DEFAULT_RECIPE
+    recipe = default.with_finetune(**given)
     _one_line_warnings()
     spec = task_from_args(args)
-    results = finetune_from_scratch(spec, args.data, args.out or f"runs/finetune-{spec.name}",
-                                    DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget, recipe,
-                                    device=args.device, progress=not args.no_progress,
-                                    log=lambda line: print(line, file=sys.stderr, flush=True))
+    out = args.out or f"runs/finetune-{spec.name}"
+    budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget
+    run = dict(device=args.device, progress=not args.no_progress,
+               log=lambda line: print(line, file=sys.stderr, flush=True))
+    if embedder:
+        results = scratch_embedding.embedder_from_scratch(spec, args.data, out, budget, recipe, embedding, **run)
+        print(format_results(results))
+        print(format_scratch(results))
+        print(format_embedding(results))
+        return 0
+    results = finetune_from_scratch(spec, args.data, out, budget, recipe, **run)
     print(format_results(results))
-    print(format_scratch(results))
+    print(format_scratch(results, scratch_embedding.suggested_objectives(spec, args.data) if baseline_wins(results)
+                         else None))
     return 0
 
 

@@ -33,7 +33,8 @@ scikit-learn is an optional extra (`pip install 'albertlm[bench]'`), never a run
 it is imported inside the functions that fit, and `sklearn_missing()` says whether it is there.
 `embedding_baseline` is the tf-idf cosine of the sentence-vector metrics (tasks/pairs.py: STS Spearman,
 pair accuracy at the best threshold, retrieval), fitted on the training text alone; `embedding_baseline_scores`
-runs it on a task folder (benchmarks/baselines.py --embedding, experiments/embedding_eval.py).
+runs it on a task folder (benchmarks/baselines.py --embedding, experiments/embedding_eval.py), and
+`embedding_headline` shows it beside an embedder trained without a pretrained model.
 `score_baselines(spec, train, dev)` fits and scores every baseline of a task on given examples (raw
 metrics, as fine-tuning's results hold them); `baseline_scores(task, data_dir)` reads a task folder
 and reports x100 (benchmarks/baselines.py); `headline(spec, scored)` picks the family's strongest
@@ -446,13 +447,25 @@ def headline(spec: TaskSpec, scored: dict[str, tuple[dict[str, float], float]]) 
     shape = _shape(spec)
 
     def row(name: str) -> dict[str, Any]:
-        metrics, seconds = scored[name]
-        value = metrics[spec.main_metric]
-        out = {"name": name, "description": BASELINES[name], "metric": spec.main_metric, "fit_s": round(seconds, 3)}
-        if math.isnan(value):
-            return {**out, "value": None, "metrics": {}, "note": "constant prediction: correlation undefined"}
-        return {**out, "value": value, "metrics": metrics}
+        return _headline_row(name, spec.main_metric, *scored[name])
 
     return {**row(shape.best), "floor": row(shape.floor),
             "all": {name: (None if math.isnan(m[spec.main_metric]) else m[spec.main_metric])
                     for name, (m, _) in scored.items()}}
+
+
+def embedding_headline(scores: dict[str, float], seconds: float, metric: str) -> dict[str, Any]:
+    """`embedding_baseline`'s result in headline's shape, for showing beside an embedder's dev score: the
+    tf-idf cosine on `metric` (the pairs' main metric), and "floor" None (no constant vector orders pairs)."""
+    value = scores[metric]
+    return {**_headline_row("tfidf_cosine", metric, scores, seconds), "floor": None,
+            "all": {"tfidf_cosine": None if math.isnan(value) else value}}
+
+
+def _headline_row(name: str, metric: str, metrics: dict[str, float], seconds: float) -> dict[str, Any]:
+    """One baseline as headline shows it: its main metric's value None (with a note) where it is undefined."""
+    value = metrics[metric]
+    out = {"name": name, "description": BASELINES[name], "metric": metric, "fit_s": round(seconds, 3)}
+    if math.isnan(value):
+        return {**out, "value": None, "metrics": {}, "note": "constant prediction: correlation undefined"}
+    return {**out, "value": value, "metrics": metrics}

@@ -27,7 +27,8 @@ The output is an ordinary model directory: the backbone as an AlbertModel, its t
 config.json `albertlm_embedding` = {pooling, objective, task}, which `albertlm embed` and
 `st_directory.write_sentence_transformers` read. Where sentence-transformers can express the model
 (cls, mean or max pooling; a network transformers loads), OUT/sentence-transformers/ is also written
-from the best checkpoint when the run ends.
+from the best checkpoint when the run ends. Without --model, train/scratch_embedding.py trains the same
+from a random ALBERT made from the task's own text, inside a time budget.
 """
 
 from __future__ import annotations
@@ -268,10 +269,7 @@ def _finetune_embedder(task, model_dir, data_dir, out_dir, recipe: FinetuneRecip
                             f"{base.max_position_embeddings} positions")
     tokenizer = load_tokenizer(model_dir)
     run, dev_pairs = prepare_run(spec, data_dir, recipe, settings, tokenizer, base)
-    torch.manual_seed(run.recipe.seed)  # dropout draws; the backbone is loaded, nothing is drawn new
-    backbone = AlbertModel.from_pretrained(model_dir, config=embedder_config(base, run.recipe, settings, spec.name),
-                                           add_pooling_layer=settings.pooling == "pooler")
-    model = SentenceEmbedder(backbone, settings.pooling).to(device).train()
+    model = new_embedder(run, model_dir, base, settings, device)
     loss_fn, count_fn = embedding_objective(settings.objective, settings.similarity_scale)
     scorer = embedding_scorer(run, dev_pairs, tokenizer, settings.pooling, device)
     with out.claim():
@@ -281,9 +279,20 @@ def _finetune_embedder(task, model_dir, data_dir, out_dir, recipe: FinetuneRecip
         results = train_task(run, model, tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn, device=device,
                              progress=progress, name=settings.objective, scorer=scorer,
                              record={"model_dir": str(model_dir), "embedding": dataclasses.asdict(settings)})
-        results.update(_sentence_transformers_copy(out.path, settings.pooling, run.settings.max_seq_length))
+        results.update(sentence_transformers_copy(out.path, settings.pooling, run.settings.max_seq_length))
         atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
     return results
+
+
+def new_embedder(run: TaskRun, model_dir: str | Path, base: AlbertConfig, settings: EmbeddingSettings,
+                 device: torch.device) -> SentenceEmbedder:
+    """The backbone of `model_dir` with the run's dropout and the settings' pooling, on `device` in train
+    mode; torch's global generator (forked by the caller) seeded from the recipe, for the dropout draws
+    (the backbone is loaded: nothing is drawn new)."""
+    torch.manual_seed(run.recipe.seed)
+    backbone = AlbertModel.from_pretrained(model_dir, config=embedder_config(base, run.recipe, settings, run.spec.name),
+                                           add_pooling_layer=settings.pooling == "pooler")
+    return SentenceEmbedder(backbone, settings.pooling).to(device).train()
 
 
 def prepare_run(spec: TaskSpec, data_dir, recipe: FinetuneRecipe, settings: EmbeddingSettings, tokenizer,
@@ -334,7 +343,7 @@ def _remove_earlier_copy(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def _sentence_transformers_copy(out_dir: Path, pooling: str, max_seq_length: int) -> dict[str, Any]:
+def sentence_transformers_copy(out_dir: Path, pooling: str, max_seq_length: int) -> dict[str, Any]:
     """Write OUT/sentence-transformers from the best checkpoint where sentence-transformers can express it."""
     from albertlm.interop.hf import transformers_can_load
     from albertlm.st_directory import ST_POOLINGS, write_sentence_transformers
@@ -346,3 +355,10 @@ def _sentence_transformers_copy(out_dir: Path, pooling: str, max_seq_length: int
         return {"sentence_transformers": None, "sentence_transformers_note": why}
     written = write_sentence_transformers(out_dir, out_dir / ST_SUBDIR, max_seq_length=max_seq_length)
     return {"sentence_transformers": written["out_dir"]}
+
+
+def format_embedding(results: dict[str, Any]) -> str:
+    """The line printed after the table of an embedding run: the pooling, where the sentence-transformers copy is."""
+    copy = results["sentence_transformers"] or f"not written ({results['sentence_transformers_note']})"
+    return (f"{results['embedding']['pooling']} pooling, saved in config.json (albertlm embed reads it); "
+            f"sentence-transformers copy: {copy}")

@@ -20,6 +20,11 @@ OUT is claimed once for the whole run (outputs.py, as command "finetune": it hol
 model directory, plus base/); a rerun into an earlier output starts over and removes that output's
 files first, so OUT never mixes two runs. The recipe is one named object, `DEFAULT_RECIPE`: change
 the default there after an experiment.
+
+The stages are `run_from_scratch`'s, shared with train/scratch_embedding.py (a sentence embedder
+from the same start, `albertlm finetune --objective cosent` without --model); what differs, the
+model, its objective, its dev scorer, its baseline and what it writes besides, is a `ScratchTarget`:
+`TaskHead` here, the task's own head and loss.
 """
 
 from __future__ import annotations
@@ -35,12 +40,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from albertlm.config import AlbertConfig, get_preset
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.inference.load import load_tokenizer
-from albertlm.inference.post import score
 from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import FINETUNE_FILES, OutputDir
 from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, headline, is_chinese, score_baselines,
@@ -48,9 +53,10 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import load_vocabulary, train_tokenizer
-from albertlm.train.finetune import (FinetuneRecipe, TaskRun, batcher, check_head_options, new_head, prepare_task,
-                                     start_outputs, step_settings, task_objective, task_optimizer, train_task)
-from albertlm.train.loop import train_step
+from albertlm.train.finetune import (DevScorer, FinetuneRecipe, TaskRun, batcher, check_head_options, head_scorer,
+                                     new_head, prepare_task, start_outputs, step_settings, task_objective,
+                                     task_optimizer, train_task)
+from albertlm.train.loop import CountFn, LossFn, train_step
 from albertlm.train.word_vectors import TooLittleText, fit_word_vectors, write_rows
 from albertlm.utils import atomic_write_text
 
@@ -210,11 +216,101 @@ def plan_steps(recipe: ScratchRecipe, *, budget_s: float, spent_s: float, step_s
                 planned_s=spent_s + steps * step_s + evaluations * eval_s)
 
 
+# ---------------------------------------------------------------------------- what the run trains
+@dataclass(frozen=True)
+class Trainable:
+    """A model built on the base, the same way for the probe and for the run."""
+
+    model: nn.Module
+    """What is scored and saved: on the device, in train mode."""
+    trained: nn.Module
+    """What the optimizer steps and the loss is given: the model, or more (task_objective's JointModel)."""
+    loss_fn: LossFn
+    count_fn: CountFn
+    scorer: DevScorer
+    """How dev is scored and the best checkpoint written (train/finetune.train_task)."""
+
+
+class ScratchTarget:
+    """What a run without a pretrained model trains on its base: the stages that differ between the task's
+    head (`TaskHead`) and a sentence embedder (train/scratch_embedding.py). The vocabulary, the base, the
+    probe's timing, the plan, the clock and the records are `run_from_scratch`'s, the same for both."""
+
+    name = "finetune"
+    """The run's name (the progress bar's)."""
+    files: tuple[str, ...] = ()
+    """What the run writes into OUT besides a fine-tuned directory and base/ (SCRATCH_FILES)."""
+    each_text = False
+    """max_seq_length holds each text of an example alone (a bi-encoder), not its texts together."""
+
+    def check_recipe(self, spec: TaskSpec, recipe: ScratchRecipe) -> None:
+        """Refuse, before the data is looked at, a task or recipe flags the target cannot train."""
+
+    def check_data(self, spec: TaskSpec, data_dir: str | Path, recipe: ScratchRecipe) -> None:
+        """Refuse, before OUT is claimed, data the target cannot train on (the split files exist)."""
+
+    def prepare(self, spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, tokenizer, base: AlbertConfig
+                ) -> tuple[TaskRun, Any]:
+        """(the TaskRun: its examples, features and resolved recipe; what dev is scored against, for
+        `baseline` and `build`)."""
+        raise NotImplementedError
+
+    def baseline(self, run: TaskRun, dev: Any, chinese: bool) -> tuple[dict[str, Any] | None, str | None]:
+        """(the count-based baseline shown beside the model, headline-shaped, None) or (None, why none)."""
+        raise NotImplementedError
+
+    def build(self, run: TaskRun, dev: Any, base_dir: Path, base: AlbertConfig, tokenizer, device: torch.device
+              ) -> Trainable:
+        """The model on the base, its objective and its dev scorer (torch's global generator seeded here)."""
+        raise NotImplementedError
+
+    def flags(self, run: TaskRun) -> list[str]:
+        """The `albertlm finetune --model OUT/base` flags after --data that repeat the run."""
+        return recipe_flags(run.recipe)
+
+    def records(self) -> dict[str, Any]:
+        """Entries for recipe.json and results.json beside the recipe's."""
+        return {}
+
+    def finish(self, out_dir: Path, run: TaskRun) -> dict[str, Any]:
+        """Write what the run adds to OUT after training; returns its entries for results.json."""
+        return {}
+
+
+class TaskHead(ScratchTarget):
+    """The task's own head and loss (train/finetune.py), scored by the task's metric; the classification
+    and NER families, whose count-based baselines tasks/baselines.py fits."""
+
+    def check_recipe(self, spec: TaskSpec, recipe: ScratchRecipe) -> None:
+        if spec.family.name not in SUPPORTED:
+            family = spec.family.name.replace("_", " ")
+            raise AlbertlmError(f"task {spec.name}: without --model albertlm trains classification (single "
+                                f"sentences, pairs, regression) and NER tasks, not {family}; give --model DIR (a "
+                                "pretrained model)")
+        check_head_options(spec, recipe.finetune)
+
+    def prepare(self, spec: TaskSpec, data_dir: str | Path, recipe: FinetuneRecipe, tokenizer, base: AlbertConfig
+                ) -> tuple[TaskRun, None]:
+        return prepare_task(spec, data_dir, recipe, tokenizer, base), None
+
+    def baseline(self, run: TaskRun, dev: None, chinese: bool) -> tuple[dict[str, Any] | None, str | None]:
+        return run_baselines(run.spec, run.train_ex, run.dev_ex, chinese)
+
+    def build(self, run: TaskRun, dev: None, base_dir: Path, base: AlbertConfig, tokenizer, device: torch.device
+              ) -> Trainable:
+        model = new_head(run, base_dir, base).to(device).train()
+        trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
+        return Trainable(model, trained, loss_fn, count_fn, head_scorer(run, tokenizer, device))
+
+
 # ---------------------------------------------------------------------------- the stages
-def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe) -> None:
-    """Refuse, before any work, a budget that is not a positive number, a family a random model cannot
-    train on alone, head options its head does not take, a data directory without a train or a dev file,
-    and a max_seq_length the preset's positions do not hold."""
+def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe,
+                 target: ScratchTarget | None = None) -> None:
+    """Refuse, before any work, a budget that is not a positive number, a max_seq_length the preset's
+    positions do not hold, what the target refuses (the task's head: a family a random model cannot train
+    on alone, head options its head does not take), a data directory without a train or a dev file, and
+    data the target refuses (TaskHead: none)."""
+    target = TaskHead() if target is None else target
     number = isinstance(budget_minutes, (int, float)) and not isinstance(budget_minutes, bool)
     if not (number and math.isfinite(budget_minutes) and budget_minutes > 0):
         shown = f"{budget_minutes:g}" if number else repr(budget_minutes)
@@ -223,27 +319,29 @@ def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, re
     if recipe.finetune.max_seq_length is not None and recipe.finetune.max_seq_length > positions:
         raise AlbertlmError(f"--max-seq-length {recipe.finetune.max_seq_length}: {recipe.preset} has only {positions} "
                             "positions")
-    if spec.family.name not in SUPPORTED:
-        raise AlbertlmError(f"task {spec.name}: without --model albertlm trains classification (single sentences, "
-                            f"pairs, regression) and NER tasks, not {spec.family.name.replace('_', ' ')}; give "
-                            "--model DIR (a pretrained model)")
-    check_head_options(spec, recipe.finetune)
+    target.check_recipe(spec, recipe)
     for split in ("train", "dev"):
         if split not in spec.files:
             raise AlbertlmError(f"task {spec.name} has no {split} split; training without --model needs one")
         find_file(data_dir, spec.files[split], split)
+    target.check_data(spec, data_dir, recipe)
 
 
-def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, positions: int) -> int:
+def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, positions: int, *,
+                      each_text: bool = False) -> int:
     """max_seq_length from the data: the pieces (special tokens included) that `length_quantile` of the
     training examples fit in, rounded up to a multiple of 32, within [seq_length_min, seq_length_max] and
     at most the model's `positions`. Measured on at most 2,000 evenly spaced examples; a tagged sentence
-    counts its tokens joined."""
+    counts its tokens joined. With `each_text` (a bi-encoder, which encodes one text at a time) every text
+    of a pair is one input of its own, `[CLS] text [SEP]`."""
     sample = examples[::max(1, len(examples) // 2000)][:2000]
     lengths = []
     for e in sample:
         texts = [" ".join(e.tokens)] if hasattr(e, "tokens") else [t for t in (e.text_a, e.text_b) if t]
-        lengths.append(1 + sum(len(tokenizer.encode(t)) + 1 for t in texts))  # [CLS] A [SEP] (B [SEP])
+        if each_text:
+            lengths += [len(tokenizer.encode(t)) + 2 for t in texts]  # [CLS] A [SEP], [CLS] B [SEP]
+        else:
+            lengths.append(1 + sum(len(tokenizer.encode(t)) + 1 for t in texts))  # [CLS] A [SEP] (B [SEP])
     wanted = 32 * math.ceil(float(np.quantile(lengths, recipe.length_quantile)) / 32)
     return int(min(max(wanted, recipe.seq_length_min), recipe.seq_length_max, positions))
 
@@ -307,12 +405,11 @@ def run_baselines(spec: TaskSpec, train_ex: Sequence, dev_ex: Sequence, chinese:
     return headline(spec, score_baselines(spec, train_ex, dev_ex, chinese)), None
 
 
-def probe(run: TaskRun, base_dir: Path, base: AlbertConfig, device: torch.device, steps: int
-          ) -> tuple[float, float]:
-    """Time real training steps and one dev evaluation of the run's head on its features.
+def probe(run: TaskRun, built: Trainable, device: torch.device, steps: int) -> tuple[float, float]:
+    """Time real training steps and one dev evaluation of a model built as the run builds it, on its features.
 
-    The head is built as the run builds it (new_head) and dropped afterwards; its batches come from a
-    generator of its own, so the run's data order is untouched.
+    The model (ScratchTarget.build) is dropped afterwards; its batches come from a generator of its own,
+    so the run's data order is untouched.
 
     Returns:
         (seconds per training step, the mean after the first; seconds of one dev evaluation).
@@ -320,25 +417,24 @@ def probe(run: TaskRun, base_dir: Path, base: AlbertConfig, device: torch.device
     from torch.utils.tensorboard import SummaryWriter  # noqa: F401  (its first import is slow: time it here)
 
     r = run.recipe
-    model = new_head(run, base_dir, base).to(device).train()
-    trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
-    optimizer = task_optimizer(trained, r)
+    optimizer = task_optimizer(built.trained, r)
     batches = batcher(dataclasses.replace(run, rng=np.random.default_rng(r.seed + 1)), device)
     ctx, settings = DistContext(device=device), step_settings(r)
     times = []
     for index in range(steps):
         start = time.perf_counter()
-        train_step(trained, optimizer, batches(index), lr=r.lr, loss_fn=loss_fn, count_fn=count_fn, ctx=ctx,
-                   settings=settings)
+        train_step(built.trained, optimizer, batches(index), lr=r.lr, loss_fn=built.loss_fn, count_fn=built.count_fn,
+                   ctx=ctx, settings=settings)
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
-    score(model, run.spec, run.dev_ex, run.dev_f, run.labels, run.settings, r.eval_batch_size, device)
+    built.scorer.score(built.model)
     eval_s = time.perf_counter() - start
     return float(np.mean(times[1:] if len(times) > 1 else times)), eval_s
 
 
-def recipe_flags(recipe: FinetuneRecipe) -> list[str]:
-    """The `albertlm finetune` flags that give `recipe` (its fields that differ from the defaults)."""
+def recipe_flags(recipe: Any) -> list[str]:
+    """The `albertlm finetune` flags that give `recipe`, a dataclass of its flags (FinetuneRecipe,
+    EmbeddingSettings): its fields that differ from the defaults."""
     flags = []
     for f in dataclasses.fields(recipe):
         value, default = getattr(recipe, f.name), f.default
@@ -374,18 +470,34 @@ def finetune_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: s
         the plan, each stage's seconds, the command that repeats the run from OUT/base), "baseline"
         (tasks/baselines.headline, or None) and "baseline_note" (why there is none, else None).
     """
+    return run_from_scratch(TaskHead(), task, data_dir, out_dir, budget_minutes, recipe, device=device,
+                            progress=progress, log=log)
+
+
+def run_from_scratch(target: ScratchTarget, task: str | TaskSpec, data_dir: str | Path, out_dir: str | Path,
+                     budget_minutes: float, recipe: ScratchRecipe, *, device: str | torch.device = "cpu",
+                     progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The run without a pretrained model (the module docstring's stages), training `target`.
+
+    Args:
+        target: what is trained on the base (TaskHead, or train/scratch_embedding.py's embedder).
+        task, data_dir, out_dir, budget_minutes, recipe, device, progress, log: as finetune_from_scratch's.
+    Returns:
+        finetune_from_scratch's results, with the target's own entries (ScratchTarget.records, .finish).
+    """
     spec = get_task(task) if isinstance(task, str) else task
-    check_inputs(spec, data_dir, budget_minutes, recipe)
-    out = OutputDir(out_dir, "finetune", SCRATCH_FILES, inputs={"--data": data_dir})
+    check_inputs(spec, data_dir, budget_minutes, recipe, target)
+    out = OutputDir(out_dir, "finetune", SCRATCH_FILES + target.files, inputs={"--data": data_dir})
     device = resolve_device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), out.claim():
-        return _from_scratch(spec, data_dir, out, budget_minutes, recipe, device=device, progress=progress,
+        return _from_scratch(target, spec, data_dir, out, budget_minutes, recipe, device=device, progress=progress,
                              log=log or (lambda line: None))
 
 
-def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_minutes: float, recipe: ScratchRecipe,
-                  *, device: torch.device, progress: bool, log: Callable[[str], None]) -> dict[str, Any]:
-    """finetune_from_scratch()'s body, in its claimed OUT and a fork of torch's global generator."""
+def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_minutes: float,
+                  recipe: ScratchRecipe, *, device: torch.device, progress: bool, log: Callable[[str], None]
+                  ) -> dict[str, Any]:
+    """run_from_scratch()'s body, in its claimed OUT and a fork of torch's global generator."""
     start, budget_s = time.perf_counter(), 60.0 * budget_minutes
     stages: dict[str, float] = {}
 
@@ -409,14 +521,14 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
         f"{vocab['parameters'] / 1e6:.1f}M parameters: {base_dir}")
     tokenizer = load_tokenizer(base_dir)
     if ft.max_seq_length is None:
-        ft = dataclasses.replace(ft, max_seq_length=choose_seq_length(train_ex, tokenizer, recipe,
-                                                                              base.max_position_embeddings))
-    run = prepare_task(spec, data_dir, ft, tokenizer, base)
+        ft = dataclasses.replace(ft, max_seq_length=choose_seq_length(
+            train_ex, tokenizer, recipe, base.max_position_embeddings, each_text=target.each_text))
+    run, dev = target.prepare(spec, data_dir, ft, tokenizer, base)
     t = stage("features_s", t)
-    baseline, note = run_baselines(spec, run.train_ex, run.dev_ex, chinese)
+    baseline, note = target.baseline(run, dev, chinese)
     t = stage("baseline_s", t)
     log(f"baseline: {describe_baseline(baseline, note)}")
-    step_s, eval_s = probe(run, base_dir, base, device, recipe.probe_steps)
+    step_s, eval_s = probe(run, target.build(run, dev, base_dir, base, tokenizer, device), device, recipe.probe_steps)
     t = stage("probe_s", t)
     plan = plan_steps(recipe, budget_s=budget_s, spent_s=time.perf_counter() - start, step_s=step_s,
                       eval_s=eval_s + vocab["save_s"], train_features=len(run.train_f),
@@ -427,20 +539,22 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
         f"{budget_s:.0f} s used so far")
     final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every)
     run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
-    model = new_head(run, base_dir, base).to(device).train()
-    trained, loss_fn, count_fn = task_objective(run, model, base_dir, device)
+    built = target.build(run, dev, base_dir, base, tokenizer, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
               "word_vectors": word_vectors,
               "max_seq_length": run.recipe.max_seq_length,
               "probe": {"steps": recipe.probe_steps, "step_s": step_s, "eval_s": eval_s},
               "plan": dataclasses.asdict(plan),
               "reproduce": ["albertlm", "finetune", "--task", spec.name, "--model", str(base_dir), "--data",
-                            str(data_dir), *recipe_flags(run.recipe)]}
-    start_outputs(out.path, {"task": spec.name, **dataclasses.asdict(run.recipe), "from_scratch": record})
-    results = train_task(run, model, tokenizer, out.path, loss_fn=loss_fn, count_fn=count_fn, device=device,
-                         progress=progress, record={"model_dir": str(base_dir)}, trained=trained,
-                         deadline=start + budget_s * (1 - recipe.reserve / 2), eval_s=plan.eval_s)
+                            str(data_dir), *target.flags(run)]}
+    start_outputs(out.path, {"task": spec.name, **target.records(), **dataclasses.asdict(run.recipe),
+                             "from_scratch": record})
+    results = train_task(run, built.model, tokenizer, out.path, loss_fn=built.loss_fn, count_fn=built.count_fn,
+                         device=device, progress=progress, name=target.name,
+                         record={"model_dir": str(base_dir), **target.records()}, trained=built.trained,
+                         scorer=built.scorer, deadline=start + budget_s * (1 - recipe.reserve / 2), eval_s=plan.eval_s)
     stage("train_s", t)
+    results.update(target.finish(out.path, run))
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
     atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
@@ -449,7 +563,8 @@ def _from_scratch(spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_m
 
 # ---------------------------------------------------------------------------- the terminal
 def describe_baseline(baseline: dict[str, Any] | None, note: str | None) -> str:
-    """One line: the headline baseline's dev score and its floor's, x100 as `albertlm evaluate` prints them."""
+    """One line: the headline baseline's dev score and its floor's (where it has one), x100 as `albertlm
+    evaluate` prints them."""
     if baseline is None:
         return f"not computed: {note}"
 
@@ -457,21 +572,38 @@ def describe_baseline(baseline: dict[str, Any] | None, note: str | None) -> str:
         value = "undefined (constant)" if row["value"] is None else f"{100 * row['value']:.2f}"
         return f"{row['name']} {value} ({BASELINES[row['name']]})"
 
-    return f"dev {baseline['metric']} {shown(baseline)}, {shown(baseline['floor'])}"
+    floor = "" if baseline.get("floor") is None else f", {shown(baseline['floor'])}"
+    return f"dev {baseline['metric']} {shown(baseline)}{floor}"
 
 
-def format_scratch(results: dict[str, Any]) -> str:
-    """The lines printed after fine-tuning's table: the baseline beside the model's dev score, the budget."""
+def baseline_wins(results: dict[str, Any]) -> bool:
+    """Whether the count-based baseline scores above the model's best dev checkpoint (its main metric)."""
+    baseline = results["baseline"]
+    return (baseline is not None and baseline["value"] is not None
+            and baseline["value"] > results["best"].get(results["main_metric"], float("-inf")))
+
+
+def format_scratch(results: dict[str, Any], objectives: str | None = None) -> str:
+    """The lines printed after fine-tuning's table: the baseline beside the model's dev score, the budget.
+
+    Args:
+        results: run_from_scratch's.
+        objectives: for a task head on sentence pairs, the embedding objectives that suit them
+            (scratch_embedding.suggested_objectives): suggested where the baseline beats the head.
+    """
     s, metric = results["from_scratch"], results["main_metric"]
     model = 100 * results["best"].get(metric, float("nan"))
-    lines = [f"{s['recipe']['preset']} from scratch: dev {metric} {model:.2f}",
+    shape = f", a {results['embedding']['objective']} bi-encoder" if "embedding" in results else ""
+    lines = [f"{s['recipe']['preset']} from scratch{shape}: dev {metric} {model:.2f}",
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
-    if results["baseline"] is not None and results["baseline"]["value"] is not None \
-            and results["baseline"]["value"] > results["best"].get(metric, float("-inf")):
+    if baseline_wins(results):
         why = ("a longer --budget may close the gap" if s["plan"]["limited_by"] == "budget"
                else "the run stopped at the epoch cap, not the budget, so a longer --budget would not change it")
         lines.append(f"the count-based baseline beats the model on dev ({why}); the baseline is the better choice "
                      "for this data")
+        if objectives and "embedding" not in results:
+            lines.append(f"for sentence vectors of these pairs, a bi-encoder from the same start may do better: "
+                         f"the same command with {objectives} (docs/transfer.md)")
     total = s["stages"]["total_s"]
     if results.get("stopped_by") == "deadline":
         lines.append(f"stopped by the clock at step {results['steps']:,} of {s['plan']['steps']:,} planned: the "
