@@ -28,7 +28,8 @@ from albertlm.train import scratch, scratch_embedding
 from albertlm.train.embedding import EmbeddingSettings
 from albertlm.train.finetune import FinetuneRecipe
 from albertlm.train.metrics import read_metrics
-from albertlm.train.scratch_embedding import EMBEDDING_RECIPE, EmbedderTarget, default_recipe, suggested_objectives
+from albertlm.train.scratch_embedding import (EMBEDDING_RECIPE, EmbedderTarget, default_objective, default_recipe,
+                                              suggested_objectives)
 
 from test_embedding_objectives import write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
 from test_scratch import SMALL as SMALL_HEAD, one_line  # noqa: E402
@@ -43,7 +44,8 @@ the setup on a busy machine."""
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, one_thread) -> tuple[Path, Path, dict, str, str]:
-    """One cosent run through the CLI: (data, OUT, results.json, stdout, stderr)."""
+    """One run through the CLI without --objective: graded pairs train cosent by default
+    (data, OUT, results.json, stdout, stderr)."""
     data = write_stsb(tmp_path_factory.mktemp("stsb"), n_train=48, n_dev=30)
     out = tmp_path_factory.mktemp("out") / "out"
     mp = pytest.MonkeyPatch()
@@ -51,7 +53,7 @@ def run(tmp_path_factory, one_thread) -> tuple[Path, Path, dict, str, str]:
     stdout, stderr = io.StringIO(), io.StringIO()
     try:  # capsys is function-scoped: capture by hand
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = main(["finetune", "--task", "sts-b", "--data", str(data), "--out", str(out), "--objective", "cosent",
+            code = main(["finetune", "--task", "sts-b", "--data", str(data), "--out", str(out),
                          "--budget", BUDGET, "--no-progress", "--device", "cpu"])
     finally:
         mp.undo()
@@ -86,6 +88,31 @@ def test_results_record_the_plan_the_baseline_and_the_command(run):
     assert results["baseline_note"] is None and b["floor"] is None
     assert (b["name"], b["metric"]) == ("tfidf_cosine", "spearman")
     assert b["value"] == pytest.approx(embedding_baseline_scores("sts-b", data)["metrics"]["spearman"], abs=1e-12)
+
+
+def test_graded_pairs_train_a_bi_encoder_without_objective_and_say_so(run):
+    _, out, results, _, stderr = run
+    assert results["embedding"]["objective"] == "cosent"
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["AlbertModel"]
+    assert ("sts-b: graded sentence pairs: training a sentence embedder (--objective cosent; the cosine of the two "
+            "texts' vectors is the score); --objective task trains the task's cross-encoder head instead") in stderr
+
+
+def test_only_graded_training_pairs_change_the_default_objective(folders, tmp_path):
+    assert default_objective(get_task("sts-b"), folders["sts-b"]) == "cosent"
+    assert default_objective(get_task("sst-2"), folders["sst-2"]) == "task"  # not a regression
+    rte = tmp_path / "rte"
+    rte.mkdir()
+    (rte / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta b\ta c\tentailment\n")
+    assert default_objective(get_task("rte"), rte) == "task"  # binary pairs keep their head
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "train.tsv").write_text("text\tlabel\ngood film\t4.5\nbad film\t0.5\n")
+    assert default_objective(get_task("regression"), single) == "task"  # one text: nothing to pair
+    paired = get_task("regression", text_pair_column="text_b")
+    (single / "train.tsv").write_text("text\ttext_b\tlabel\ngood film\tgreat film\t4.5\n")
+    assert default_objective(paired, single) == "cosent"
+    assert default_objective(get_task("sts-b"), tmp_path / "missing") == "task"  # the head's run refuses it
 
 
 def test_the_terminal_shows_the_table_the_baseline_the_budget_and_the_copy(run):
@@ -178,6 +205,9 @@ def folders(tmp_path) -> dict[str, Path]:
     ("sts-b", ["--objective", "cosent", "--max-seq-length", "1024"], "albert-tiny has only 512 positions"),
     ("sst-2", ["--objective", "cosent"], "task sst-2 has no sentence pairs"),
     ("sst-2", ["--objective", "simcse"], "task sst-2 has no sentence pairs"),
+    ("sts-b", ["--budget", "0"], "--budget must be a positive number of minutes, got 0"),  # the default, cosent
+    ("sts-b", ["--classifier-pooling", "mean"], "--classifier-pooling: --objective cosent trains no task head"),
+    ("sst-2", ["--pooling", "max"], "--pooling applies to the embedding objectives"),
 ])
 def test_refusals_are_one_line_before_any_work(folders, tmp_path, capsys, task, flags, message):
     out = tmp_path / "out"
@@ -216,7 +246,7 @@ def test_the_cli_suggests_the_objectives_of_the_task_s_pairs(tmp_path, capsys, m
     monkeypatch.setattr(scratch, "baseline_wins", lambda results: True)
     data = write_stsb(tmp_path / "stsb", 40, 12)
     assert main(["finetune", "--task", "sts-b", "--data", str(data), "--out", str(tmp_path / "out"), "--budget", BUDGET,
-                 "--no-progress", "--device", "cpu"]) == 0
+                 "--objective", "task", "--no-progress", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "the count-based baseline beats the model" in printed
     assert "the same command with --objective cosent (docs/transfer.md)" in printed

@@ -36,7 +36,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     training_run_args(p, "runs/finetune-<task>")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
                           "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
-    add_dataclass_options(p, EmbeddingSettings, "objective (sentence embeddings: docs/embeddings.md)")
+    add_dataclass_options(p, EmbeddingSettings, "objective (sentence embeddings: docs/embeddings.md)", only_given=True)
 
 
 def training_run_args(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -74,9 +74,10 @@ def finetune_run(args: argparse.Namespace) -> int:
         raise AlbertlmError("--data DIR is required (with --model DIR to start from a pretrained model, or without "
                             "it to train from scratch within --budget MINUTES)")
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(FinetuneRecipe) if hasattr(args, f.name)}
-    embedding = dataclass_from_args(EmbeddingSettings, args)
+    objective = {f.name: getattr(args, f.name) for f in dataclasses.fields(EmbeddingSettings) if hasattr(args, f.name)}
     if args.model is None:
-        return _finetune_from_scratch(args, given, embedding)
+        return _finetune_from_scratch(args, given, objective)
+    embedding = EmbeddingSettings(**objective)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
     _one_line_warnings()
@@ -101,24 +102,38 @@ def _finetune_embedder(args: argparse.Namespace, spec, recipe, embedding) -> int
     return 0
 
 
-def _finetune_from_scratch(args: argparse.Namespace, given: dict, embedding) -> int:
+def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dict) -> int:
     """finetune without --model (train/scratch.py; with an embedding objective, train/scratch_embedding.py):
-    the recipe flags given are laid over the default recipe."""
+    the recipe flags given are laid over the default recipe; without --objective, the task's data picks it
+    (scratch_embedding.default_objective: graded pairs train a CoSENT bi-encoder, the rest the task head)."""
     from albertlm.train import scratch_embedding
-    from albertlm.train.embedding import format_embedding
+    from albertlm.train.embedding import EmbeddingSettings, format_embedding
     from albertlm.train.finetune import format_results
     from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, baseline_wins, finetune_from_scratch,
                                         format_scratch)
 
+    spec = task_from_args(args)
+    notes = []  # shown before the run's first stage line, so that a refusal stays one line
+    if "objective" not in objective:
+        objective["objective"] = scratch_embedding.default_objective(spec, args.data)
+        if objective["objective"] != "task":
+            notes.append(f"{spec.name}: graded sentence pairs: training a sentence embedder (--objective "
+                         f"{objective['objective']}; the cosine of the two texts' vectors is the score); --objective "
+                         "task trains the task's cross-encoder head instead")
+
+    def log(line: str) -> None:
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
+        notes.clear()
+        print(line, file=sys.stderr, flush=True)
+    embedding = EmbeddingSettings(**objective)
     embedder = embedding.objective != "task"
     default = scratch_embedding.default_recipe(embedding.objective) if embedder else DEFAULT_RECIPE
     recipe = default.with_finetune(**given)
     _one_line_warnings()
-    spec = task_from_args(args)
     out = args.out or f"runs/finetune-{spec.name}"
     budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget
-    run = dict(device=args.device, progress=not args.no_progress,
-               log=lambda line: print(line, file=sys.stderr, flush=True))
+    run = dict(device=args.device, progress=not args.no_progress, log=log)
     if embedder:
         results = scratch_embedding.embedder_from_scratch(spec, args.data, out, budget, recipe, embedding, **run)
         print(format_results(results))

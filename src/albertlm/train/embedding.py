@@ -78,7 +78,8 @@ class EmbeddingSettings:
     objective: Literal["task", "mnrl", "cosent", "cosine", "simcse"] = "task"
     """task (the task's head and loss), or a sentence-embedding objective on the backbone alone
     (train/embedding.py): mnrl (in-batch negatives over alike pairs), cosent (CoSENT ranking of graded or
-    binary pairs), cosine (cosine regression), simcse (unsupervised: two dropout passes of each text)"""
+    binary pairs), cosine (cosine regression), simcse (unsupervised: two dropout passes of each text).
+    Without --model and without this flag, a task of graded pairs (sts-b) trains cosent"""
     pooling: Literal["cls", "pooler", "mean", "max"] = "mean"
     """embedding objectives: how the last layer becomes one vector, saved with the model (pooling.py)"""
     similarity_scale: float = 20.0

@@ -16,13 +16,16 @@ What differs from the task head is `EmbedderTarget`:
     main metric beside the model's (Spearman for graded pairs, accuracy for binary ones);
   - the recorded command: `albertlm finetune --model OUT/base --objective X ...` repeats the run.
 
-Measured on STS-B (docs/transfer.md, run 11): the same kind of start trained as a bi-encoder with
-CoSENT reaches 72.07 Spearman where the cross-encoder from scratch stays near 20 Pearson.
+Measured on STS-B (docs/transfer.md, runs 11 and 16): the same kind of start trained as a bi-encoder
+with CoSENT reaches 72.48 Spearman / 68.66 Pearson (3 seeds) where the cross-encoder from scratch stays
+near 20 Pearson. So `finetune` without --model and without --objective trains this embedder when the
+task's training pairs are graded (`default_objective`), and the task head for everything else.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +54,32 @@ epochs. simcse takes SIMCSE_DROPOUT instead of 0 (`default_recipe`): its positiv
 OBJECTIVES_FOR_PAIRS = {"graded": "--objective cosent", "binary": "--objective mnrl or --objective cosent"}
 """Pair kind (tasks/pairs.py) -> the objectives suggested for it when a task head from scratch loses to
 its count-based baseline (scratch.format_scratch)."""
+
+
+DEFAULT_OBJECTIVES = {"graded": "cosent"}
+"""Pair kind of a task's training split (tasks/pairs.py) -> the objective `finetune` trains without
+--model and without --objective; a kind not here, and a task without pairs, get "task" (its head). Graded
+pairs (a similarity score over two texts, STS-B's shape) get the CoSENT bi-encoder: from a random start
+the cosine of two separately encoded texts is learnable from a few thousand pairs, the cross-encoder's
+regression head over the joined pair is not (docs/transfer.md runs 12 and 16). Binary pairs (paraphrase,
+entailment) keep their head: no run has compared the two shapes on them."""
+
+
+def default_objective(spec: TaskSpec, data_dir: str | Path) -> str:
+    """The objective a run without --model takes when --objective is not given (DEFAULT_OBJECTIVES).
+
+    Only a regression task's training split is read (to see whether every example is a pair); a split
+    that cannot be read gives "task", whose run then refuses it with its own one-line message.
+    """
+    if spec.problem_type != "regression":
+        return "task"
+    try:
+        with warnings.catch_warnings():  # skipped rows are reported once, by the run that reads them again
+            warnings.simplefilter("ignore")
+            kind = pairs_of(spec, spec.read(data_dir, "train"), f"{data_dir} (train)").kind
+    except AlbertlmError:
+        return "task"
+    return DEFAULT_OBJECTIVES.get(kind, "task")
 
 
 def default_recipe(objective: str) -> ScratchRecipe:
