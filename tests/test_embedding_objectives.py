@@ -213,3 +213,44 @@ def test_cli_trains_and_prints_the_table(model_dir, tmp_path, capsys):
     assert "spearman *" in printed and "mean pooling, saved in config.json" in printed
     assert json.loads((out / "recipe.json").read_text())["embedding"]["objective"] == "mnrl"
     assert json.loads((out / "results.json").read_text())["sentence_transformers"] == str(out / "sentence-transformers")
+
+
+def test_evaluate_scores_an_embedder_on_its_recorded_task(runs, capsys):
+    out, data = runs["cosent"]["out_dir"], str(runs["data"])
+    assert main(["evaluate", "--model", out, "--data", data, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["task"] == "sts-b" and result["main_metric"] == "spearman" and result["pooling"] == "max"
+    assert result["metrics"]["spearman"] == pytest.approx(runs["cosent"]["best"]["spearman"], abs=1e-6)
+    assert main(["evaluate", "--model", out, "--data", data]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("sts-b dev: 24 pairs") and "spearman *" in table
+
+
+def test_predict_prints_the_cosine_of_each_pair_line(runs, tmp_path, capsys):
+    out = runs["cosent"]["out_dir"]
+    pairs = [("cat dog horse the a", "dog horse bird so of"), ("red blue green it", "paris rome madrid very")]
+    lines = tmp_path / "pairs.txt"
+    lines.write_text(f"{pairs[0][0]}\t{pairs[0][1]}\n\n{pairs[1][0]}\t{pairs[1][1]}\n")
+    assert main(["predict", "--model", out, str(lines)]) == 0
+    printed = capsys.readouterr().out.split("\n")
+    embedder = load_embedder(out, EmbedSettings(progress=False))
+    a = embedder.encode([p[0] for p in pairs])
+    b = embedder.encode([p[1] for p in pairs])
+    by_hand = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert printed[1] == "" and printed[3] == ""
+    assert [float(printed[0]), float(printed[2])] == pytest.approx(by_hand.tolist(), abs=1e-4)
+
+
+def test_an_embedder_refuses_what_only_a_task_head_does(runs, tmp_path, capsys):
+    out, data = runs["cosent"]["out_dir"], str(runs["data"])
+    one = tmp_path / "one.txt"
+    one.write_text("cat dog\tdog horse\njust one text\n")
+    cases = {("predict", "--model", out, str(one)): "input line 2: ",
+             ("predict", "--model", out, "--patience", "2", str(one)): "--patience: ",
+             ("predict", "--model", out, "--prepack", str(one)): "--prepack: ",
+             ("evaluate", "--model", out, "--data", data, "--predictions", str(tmp_path / "p.txt")): "--predictions: ",
+             ("evaluate", "--model", out, "--data", data, "--task", "sst-2"): "no column 'sentence'"}
+    for argv, message in cases.items():
+        assert main(list(argv)) == 2, argv
+        assert message in _one_line(capsys), argv
+    assert not (tmp_path / "p.txt").exists()

@@ -6,6 +6,8 @@ the cosines, pair accuracy at the best cosine threshold (MRPC, LCQMC, AFQMC, QNL
 each alike pair's second text among all the split's second texts (recall@1, recall@10, MRR). The
 tf-idf cosine baseline of the same metrics is `albertlm.tasks.baselines.embedding_baseline`.
 Fine-tuning with an embedding objective (train/embedding.py) scores its dev split with `embedding_metrics`.
+Such a directory records its task in config.json (`embedding_record`), so `albertlm evaluate` scores it
+here, and `albertlm predict` prints the cosine of each text pair (`pair_cosine_lines`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from albertlm.errors import AlbertlmError
 from albertlm.inference.embed import EmbedSettings, Embedder, load_embedder
-from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, pair_metrics, pairs_of, unit_rows
+from albertlm.pooling import EMBEDDING_KEY
+from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, pair_metrics, pairs_of, row_cosines, unit_rows
 from albertlm.utils import atomic_write_text
 
 
@@ -85,3 +88,38 @@ def write_report(result: dict[str, Any], path: str | Path) -> None:
     if Path(path).suffix.lower() != ".json":
         raise AlbertlmError(f"{path}: the metrics report must end in .json")
     atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+
+
+def embedding_record(model_dir: str | Path) -> dict[str, Any] | None:
+    """The record a sentence embedder trained here keeps in its config.json (`EMBEDDING_KEY`: pooling,
+    objective, task), or None: no record, or no readable config.json (the loader used next says why)."""
+    try:
+        record = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get(EMBEDDING_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def pair_cosine_lines(model_dir: str | Path, lines: list[str], settings: EmbedSettings = EmbedSettings(),
+                      source: str = "input") -> list[str]:
+    """What `albertlm predict` prints for a sentence embedder: the cosine of the two texts' vectors of each
+    `text_a<TAB>text_b` line, as %.4f; a blank line gives a blank line (outputs stay aligned).
+
+    Raises:
+        AlbertlmError: one line, before the model loads: a line that is not two tab-separated texts.
+    """
+    all_lines = [line.rstrip("\r\n") for line in lines]
+    keep = [i for i, line in enumerate(all_lines) if line.strip()]
+    for i in keep:
+        if all_lines[i].count("\t") != 1:
+            raise AlbertlmError(f"{source} line {i + 1}: {model_dir} is a sentence embedder; it scores text pairs, "
+                                "one text_a<TAB>text_b per line (for one text's vector: albertlm embed DIR --input "
+                                "FILE)")
+    out = [""] * len(all_lines)
+    if keep:
+        embedder = load_embedder(model_dir, settings)
+        a = unit_rows(embedder.encode([all_lines[i].split("\t")[0] for i in keep], settings.batch_size))
+        b = unit_rows(embedder.encode([all_lines[i].split("\t")[1] for i in keep], settings.batch_size))
+        for i, cosine in zip(keep, row_cosines(a, b)):
+            out[i] = f"{float(cosine):.4f}"
+    return out

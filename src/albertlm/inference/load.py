@@ -281,7 +281,9 @@ def _check_directory(model_dir: str | Path, arch: str, config: AlbertConfig, pre
         return
     check_saved_entries(Path(model_dir) / "config.json", config)
     if arch not in HEADS:
-        raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})")
+        vectors = "; its sentence vectors: albertlm embed DIR" if arch == "AlbertModel" else ""
+        raise AlbertlmError(f"{model_dir}: holds an {arch}, not a fine-tuned model (one of {', '.join(HEADS)})"
+                            f"{vectors}")
     if has_exit_heads(config) and not (Path(model_dir) / EXIT_HEADS_NAME).is_file():
         raise AlbertlmError(f"{model_dir}: config.json announces exit heads ({CONFIG_KEY}) but {EXIT_HEADS_NAME} "
                             "is missing")
