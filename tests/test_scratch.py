@@ -372,19 +372,21 @@ def test_seq_length_comes_from_the_data():
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 64) == 64  # the model's positions
 
 
-@pytest.mark.parametrize("limited_by", ["budget", "epochs"])
-def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by):
+@pytest.mark.parametrize("limited_by,improving", [("budget", True), ("epochs", True), ("budget", False)])
+def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by, improving):
     from albertlm.train.scratch import format_scratch
 
     results = {"main_metric": "accuracy", "steps": 6314, "best": {"accuracy": 0.80}, "model_dir": "OUT/base", "baseline_note": None,
+               "best_step": 6314 if improving else 1400, "improving_at_end": improving,
                "baseline": {"metric": "accuracy", "name": "tfidf_lr", "value": 0.815,
                             "floor": {"name": "majority", "value": 0.51}},
                "from_scratch": {"recipe": {"preset": "albert-tiny"}, "budget_minutes": 40.0,
                                 "stages": {"total_s": 1200.0}, "plan": {"steps": 6314, "limited_by": limited_by}}}
     text = format_scratch(results)
     assert "the count-based baseline beats the model" in text
-    assert ("a longer --budget may close the gap" in text) == (limited_by == "budget")
+    assert ("a longer --budget may close the gap" in text) == (limited_by == "budget" and improving)
     assert ("would not change it" in text) == (limited_by != "budget")
+    assert ("best dev score came at step 1,400 of 6,314" in text) == (not improving)
 
 
 def test_a_machine_slower_than_the_probe_stops_at_the_deadline(tmp_path, one_thread, capsys, monkeypatch):

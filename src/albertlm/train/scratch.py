@@ -597,8 +597,13 @@ def format_scratch(results: dict[str, Any], objectives: str | None = None) -> st
     lines = [f"{s['recipe']['preset']} from scratch{shape}: dev {metric} {model:.2f}",
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
     if baseline_wins(results):
-        why = ("a longer --budget may close the gap" if s["plan"]["limited_by"] == "budget"
-               else "the run stopped at the epoch cap, not the budget, so a longer --budget would not change it")
+        if s["plan"]["limited_by"] != "budget":
+            why = "the run stopped at the epoch cap, not the budget, so a longer --budget would not change it"
+        elif results.get("improving_at_end", True):
+            why = "a longer --budget may close the gap"
+        else:  # the budget ran out after the curve had turned
+            why = (f"its best dev score came at step {results['best_step']:,} of {results['steps']:,} and no later "
+                   "evaluation passed it, so a longer --budget would not close the gap")
         lines.append(f"the count-based baseline beats the model on dev ({why}); the baseline is the better choice "
                      "for this data")
         if objectives and "embedding" not in results:
