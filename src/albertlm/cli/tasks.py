@@ -170,8 +170,9 @@ def evaluate_run(args: argparse.Namespace) -> int:
     settings = dataclass_from_args(EvaluateSettings, args)  # each refused with one line before any work
     early, int8 = dataclass_from_args(EarlyExitSettings, args), dataclass_from_args(Int8Settings, args)
     _one_line_warnings()
-    if _embedder_settings(args, early, int8, settings.batch_size) is not None:
-        return _evaluate_embedder(args, settings, early, int8)
+    embedder = _embedder(args, early, int8, settings.batch_size)
+    if embedder is not None:
+        return _evaluate_embedder(args, settings, *embedder)
     result = evaluate_dir(args.model, args.data, **dataclasses.asdict(settings), **dataclasses.asdict(early),
                           device=args.device, int8=int8.backend)
     if args.json:
@@ -192,35 +193,36 @@ def evaluate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embedder_settings(args: argparse.Namespace, early, int8, batch_size: int):
-    """For a sentence embedder trained here (config.json records its objective and task): the EmbedSettings
-    `evaluate` and `predict` run it with; None for any other directory. Exit heads are refused in one line."""
+def _embedder(args: argparse.Namespace, early, int8, batch_size: int):
+    """For a sentence embedder trained here (config.json records its objective and task): (that record, the
+    EmbedSettings `evaluate` and `predict` run it with); None for any other directory. Exit heads are
+    refused in one line."""
     from albertlm.inference.embed import EmbedSettings
     from albertlm.inference.embed_eval import embedding_record
 
-    if embedding_record(args.model) is None:
+    record = embedding_record(args.model)
+    if record is None:
         return None
     if early.patience is not None:
         raise AlbertlmError(f"--patience: {args.model} is a sentence embedder, without exit heads")
-    return EmbedSettings(batch_size=batch_size, device=args.device, int8=int8.int8, int8_backend=int8.int8_backend,
-                         progress=False)
+    return record, EmbedSettings(batch_size=batch_size, device=args.device, int8=int8.int8,
+                                 int8_backend=int8.int8_backend, progress=False)
 
 
-def _evaluate_embedder(args: argparse.Namespace, settings, early, int8) -> int:
+def _evaluate_embedder(args: argparse.Namespace, settings, record: dict, embed) -> int:
     """`albertlm evaluate` on a sentence embedder: its vectors scored on the pairs of its task (embed_eval)."""
     import json
 
-    from albertlm.inference.embed_eval import embedding_record, evaluate_embeddings, format_table
+    from albertlm.inference.embed_eval import evaluate_embeddings, format_table
 
     for flag, value in (("--predictions", settings.predictions), ("--max-answer-length", settings.max_answer_length)):
         if value is not None:
             raise AlbertlmError(f"{flag}: {args.model} is a sentence embedder; it is scored by the cosines of its "
                                 "vectors, not by predictions")
-    task = settings.task or embedding_record(args.model).get("task")
+    task = settings.task or record.get("task")
     if not isinstance(task, str):
         raise AlbertlmError(f"{args.model}: config.json records no task for this sentence embedder; pass --task")
-    result = evaluate_embeddings(args.model, task, args.data, settings.split,
-                                 _embedder_settings(args, early, int8, settings.batch_size), settings.max_examples)
+    result = evaluate_embeddings(args.model, task, args.data, settings.split, embed, settings.max_examples)
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 
@@ -258,14 +260,14 @@ def predict_run(args: argparse.Namespace) -> int:
             raise AlbertlmError(f"{name}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise AlbertlmError(f"{'stdin' if name == '-' else name}: not valid UTF-8 (byte {exc.start})") from None
-    embed = _embedder_settings(args, early, int8, settings.batch_size)
-    if embed is not None:
+    embedder = _embedder(args, early, int8, settings.batch_size)
+    if embedder is not None:
         from albertlm.inference.embed_eval import pair_cosine_lines
 
         if settings.prepack:
             raise AlbertlmError(f"--prepack: {args.model} is a sentence embedder; prepacked weights are for "
                                 "fine-tuned heads")
-        for out in pair_cosine_lines(args.model, lines, embed, "stdin" if not args.files else "input"):
+        for out in pair_cosine_lines(args.model, lines, embedder[1], "stdin" if not args.files else "input"):
             print(out)
         return 0
     exit_layers: list = []
