@@ -406,3 +406,84 @@ def test_a_machine_slower_than_the_probe_stops_at_the_deadline(tmp_path, one_thr
     assert s["stages"]["total_s"] <= 60 * budget
     assert (out / "model.safetensors").is_file() and "stopped by the clock at step" in printed
     assert f"({results['steps']:,} steps, limited by the " in printed  # the steps run, not the planned
+
+
+def write_unlabelled(path: Path, n: int) -> Path:
+    """Sentences of the synthetic task's words in new orders, without labels, and a blank line between two
+    documents (blank lines are no sentences)."""
+    from test_finetune import FILL, NEG, POS
+
+    r = random.Random(5)
+    lines = [" ".join(r.choices(POS + NEG + FILL, k=8)) + " ." for _ in range(n)]
+    path.write_text("\n".join(lines[: n // 2] + [""] + lines[n // 2:]) + "\n")
+    return path
+
+
+def test_unlabelled_text_joins_the_word_vectors(runs, tmp_path, capsys, monkeypatch, one_thread):
+    """--unlabelled: its sentences are read and counted with the training text's for the word vectors (more
+    co-occurrence pairs, another table), the vocabulary stays the training text's, and both are recorded."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", SMALL)
+    data, plain, plain_results, _, _ = runs["sst-2"]
+    extra = write_unlabelled(tmp_path / "extra.txt", 400)
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "sst-2", "--data", str(data), "--out", str(out), "--budget", BUDGET,
+                 "--no-progress", "--device", "cpu", "--unlabelled", str(extra)]) == 0
+    err = capsys.readouterr().err
+    s = json.loads((out / "results.json").read_text())["from_scratch"]
+    assert s["unlabelled"]["texts"] == 400 and s["unlabelled"]["specs"] == [str(extra)]
+    assert not s["unlabelled"]["truncated"] and f"unlabelled text: 400 sentences from {extra}" in err
+    assert s["word_vectors"]["unlabelled_texts"] == 400 and "and 400 unlabelled sentences" in err
+    assert plain_results["from_scratch"]["unlabelled"] is None
+    assert (out / "base" / "spiece.model").read_bytes() == (plain / "base" / "spiece.model").read_bytes()
+    key = "albert.embeddings.word_embeddings.weight"
+    table = load_file(out / "base" / "model.safetensors")[key]
+    assert not torch.equal(table, load_file(plain / "base" / "model.safetensors")[key])
+    # the rows are the vectors of the training text and the unlabelled sentences together, in that order
+    from albertlm.tasks.baselines import example_texts
+    from albertlm.tokenizer import load_vocabulary
+    from albertlm.train.word_vectors import fit_word_vectors
+
+    config = json.loads((out / "base" / "config.json").read_text())
+    texts = [*example_texts(get_task("sst-2").read(data, "train", False)), *extra.read_text().split("\n")]
+    expected = fit_word_vectors([t for t in texts if t.strip()], load_vocabulary(out / "base"),
+                                config["embedding_size"], config["initializer_range"],
+                                torch.Generator().manual_seed(0))
+    assert int(expected.initialised.sum()) == s["word_vectors"]["rows"]
+    assert torch.allclose(table[expected.initialised], expected.vectors[expected.initialised])
+    assert "unlabelled_s" in s["stages"]
+
+
+def test_unlabelled_text_is_read_up_to_the_recipe_limit(tmp_path, one_thread):
+    write_sst(tmp_path, random.Random(4))
+    extra = write_unlabelled(tmp_path / "extra.txt", 50)
+    lines = []
+    results = scratch.finetune_from_scratch("sst-2", tmp_path, tmp_path / "out", float(BUDGET),
+                                            dataclasses.replace(SMALL, unlabelled_max_texts=20), progress=False,
+                                            log=lines.append, unlabelled=[str(extra)])
+    record = results["from_scratch"]["unlabelled"]
+    assert record["texts"] == 20 and record["truncated"]
+    assert any("20 sentences (the first 20: the recipe's limit)" in line for line in lines)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--unlabelled", "{tmp}/missing.txt"], "corpus '{tmp}/missing.txt': no file matches"),
+    (["--unlabelled", "{tmp}/extra.txt", "--model", "m"], "--unlabelled feeds the word vectors of a run without "
+                                                          "--model"),
+])
+def test_unlabelled_refusals_are_one_line_before_any_work(tmp_path, capsys, flags, message):
+    write_sst(tmp_path, random.Random(4))
+    write_unlabelled(tmp_path / "extra.txt", 10)
+    out = tmp_path / "out"
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), *flags]) == 2
+    assert message.format(tmp=tmp_path) in one_line(capsys.readouterr().err)
+    assert not out.exists()
+
+
+def test_unlabelled_text_needs_a_recipe_with_word_vectors(tmp_path):
+    write_sst(tmp_path, random.Random(4))
+    extra = write_unlabelled(tmp_path / "extra.txt", 10)
+    with pytest.raises(AlbertlmError, match="--unlabelled: recipe test-small starts no word vectors"):
+        scratch.finetune_from_scratch("sst-2", tmp_path, tmp_path / "out", 1.0,
+                                      dataclasses.replace(SMALL, word_vectors=False), unlabelled=[str(extra)])
+    assert not (tmp_path / "out").exists()

@@ -33,6 +33,11 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, metavar="MINUTES", default=None, help="without --model: wall time for "
                    "the whole run (vocabulary, model, baselines, fine-tuning); the steps are chosen to fit "
                    f"(default: {DEFAULT_BUDGET_MINUTES:g})")
+    p.add_argument("--unlabelled", action="append", metavar="SPEC", default=None, help="without --model: more "
+                   "text of the task's language and domain, without labels (a corpus SPEC as `albertlm pretrain "
+                   "--corpus` reads: a .txt of one sentence a line, .jsonl, Parquet, a folder, a glob; repeat for "
+                   "more); its sentences join the training text's for the word vectors that start the model's word "
+                   "table (the vocabulary stays the training text's). Default: none")
     training_run_args(p, "runs/finetune-<task>")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
                           "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
@@ -80,6 +85,9 @@ def finetune_run(args: argparse.Namespace) -> int:
     embedding = EmbeddingSettings(**objective)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
+    if args.unlabelled:
+        raise AlbertlmError("--unlabelled feeds the word vectors of a run without --model; with --model, pretrain "
+                            "on that text first (albertlm pretrain --corpus SPEC) and fine-tune the result")
     _one_line_warnings()
     spec = task_from_args(args)
     if embedding.objective != "task":
@@ -133,7 +141,7 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     _one_line_warnings()
     out = args.out or f"runs/finetune-{spec.name}"
     budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget
-    run = dict(device=args.device, progress=not args.no_progress, log=log)
+    run = dict(device=args.device, progress=not args.no_progress, log=log, unlabelled=args.unlabelled or ())
     if embedder:
         results = scratch_embedding.embedder_from_scratch(spec, args.data, out, budget, recipe, embedding, **run)
         print(format_results(results))

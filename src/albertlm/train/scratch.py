@@ -5,9 +5,10 @@
 
   1. trains a SentencePiece vocabulary on the task's training text (Chinese mode when the text
      looks Chinese), as large as the recipe asks and the text supports;
-  2. draws a random ALBERT of the recipe's preset with that vocabulary and saves it, with the
-     tokenizer, in OUT/base/, so `albertlm finetune --model OUT/base` with the recorded recipe
-     repeats the run exactly;
+  2. draws a random ALBERT of the recipe's preset with that vocabulary, starts its word table from
+     word vectors of the training text and of any unlabelled text the user gives (`unlabelled`,
+     corpus specs as data/corpus.py reads them), and saves it, with the tokenizer, in OUT/base/, so
+     `albertlm finetune --model OUT/base` with the recorded recipe repeats the run exactly;
   3. fits the task's count-based baselines on the same training examples and scores them on the same
      dev examples (tasks/baselines.py; scikit-learn, an optional extra, for the classification and
      regression ones);
@@ -43,6 +44,7 @@ import torch
 from torch import nn
 
 from albertlm.config import AlbertConfig, get_preset
+from albertlm.data.corpus import Corpus
 from albertlm.distributed import DistContext, resolve_device
 from albertlm.errors import AlbertlmError
 from albertlm.inference.load import load_tokenizer
@@ -115,6 +117,9 @@ class ScratchRecipe:
     random rows; special tokens and pieces without a positive-PMI context keep theirs."""
     word_vector_window: int = 5
     """With word_vectors: pieces on each side that count as a piece's context."""
+    unlabelled_max_texts: int = 500_000
+    """With unlabelled text (--unlabelled): the most of its sentences read, the first ones; bounds the
+    memory and seconds of the word vectors (their co-occurrence pairs grow with the pieces read)."""
 
     def __post_init__(self) -> None:
         from albertlm.config import PRESETS
@@ -128,7 +133,7 @@ class ScratchRecipe:
             raise AlbertlmError(f"{planned[0]}: the budget sets the steps, warmup and evaluations of a run "
                                 "without a pretrained model")
         positive = ("vocab_size", "chinese_vocab_size", "seq_length_min", "epochs", "evaluations", "probe_steps",
-                    "word_vector_window")
+                    "word_vector_window", "unlabelled_max_texts")
         if any(getattr(self, name) <= 0 for name in positive) or self.seq_length_max < self.seq_length_min:
             raise AlbertlmError(f"{', '.join(positive)} must be positive and seq_length_max at least seq_length_min")
         if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
@@ -305,12 +310,18 @@ class TaskHead(ScratchTarget):
 
 # ---------------------------------------------------------------------------- the stages
 def check_inputs(spec: TaskSpec, data_dir: str | Path, budget_minutes: float, recipe: ScratchRecipe,
-                 target: ScratchTarget | None = None) -> None:
+                 target: ScratchTarget | None = None, unlabelled: Sequence[str] = ()) -> None:
     """Refuse, before any work, a budget that is not a positive number, a max_seq_length the preset's
     positions do not hold, what the target refuses (the task's head: a family a random model cannot train
-    on alone, head options its head does not take), a data directory without a train or a dev file, and
-    data the target refuses (TaskHead: none)."""
+    on alone, head options its head does not take), a data directory without a train or a dev file, data
+    the target refuses (TaskHead: none), and unlabelled text with a recipe that has no word vectors to
+    feed or whose files do not resolve (data/corpus.py names the spec)."""
     target = TaskHead() if target is None else target
+    if unlabelled:
+        if not recipe.word_vectors:
+            raise AlbertlmError(f"--unlabelled: recipe {recipe.name} starts no word vectors, the only use of "
+                                "unlabelled text in a run without --model")
+        Corpus(list(unlabelled))  # resolves every spec's files now: a typo fails before OUT is claimed
     number = isinstance(budget_minutes, (int, float)) and not isinstance(budget_minutes, bool)
     if not (number and math.isfinite(budget_minutes) and budget_minutes > 0):
         shown = f"{budget_minutes:g}" if number else repr(budget_minutes)
@@ -347,12 +358,14 @@ def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, posi
 
 
 def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: int, chinese: bool,
-              log: Callable[[str], None]) -> tuple[AlbertConfig, dict[str, Any]]:
+              log: Callable[[str], None], extra_texts: Sequence[str] = ()) -> tuple[AlbertConfig, dict[str, Any]]:
     """Train the vocabulary on the training text and save a random-init model of the preset beside it.
 
     With `recipe.word_vectors` the random word table's rows are replaced by vectors of the same
-    text (train/word_vectors.py, from a generator seeded with `seed`) before the model is saved, so
-    base/ is still an ordinary ALBERT directory that `--model` repeats the run from.
+    text and of `extra_texts` (unlabelled sentences, in the task vocabulary's pieces;
+    train/word_vectors.py, from a generator seeded with `seed`) before the model is saved, so base/
+    is still an ordinary ALBERT directory that `--model` repeats the run from. The vocabulary is
+    the training text's alone: the pieces the task's examples are made of.
 
     Returns:
         (the model's config, a record: the vocabulary asked for and trained, the language, the texts
@@ -372,7 +385,7 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
     vectors = None
     if recipe.word_vectors:
         try:
-            result = fit_word_vectors(texts, load_vocabulary(base_dir), config.embedding_size,
+            result = fit_word_vectors([*texts, *extra_texts], load_vocabulary(base_dir), config.embedding_size,
                                       config.initializer_range, torch.Generator().manual_seed(seed),
                                       window=recipe.word_vector_window)
         except TooLittleText as e:  # a tiny training set: the table stays random, and the record says why
@@ -381,15 +394,37 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
         else:
             write_rows(model.albert.embeddings.word.weight, result)  # the MLM decoder is tied to it
             vectors = {"seconds": round(result.seconds, 3), "window": recipe.word_vector_window,
-                       "rows": int(result.initialised.sum()), "share": round(result.share, 4), "pairs": result.pairs}
+                       "rows": int(result.initialised.sum()), "share": round(result.share, 4), "pairs": result.pairs,
+                       "unlabelled_texts": len(extra_texts)}
+            source = f" and {len(extra_texts):,} unlabelled sentences" if extra_texts else ""
             log(f"word vectors: {vectors['rows']:,} of {trained.vocab_size:,} rows ({100 * result.share:.1f}%) from "
-                f"PPMI-SVD of the training text in {result.seconds:.1f} s")
+                f"PPMI-SVD of the training text{source} in {result.seconds:.1f} s")
     start = time.perf_counter()
     model.save_pretrained(base_dir)
     record = {"vocab_size": trained.vocab_size, "requested_vocab_size": wanted, "language": "zh" if chinese else "en",
               "texts": len(texts), "parameters": sum(p.numel() for p in model.parameters()),
               "vocabulary_s": round(vocab_s, 3), "save_s": time.perf_counter() - start, "word_vectors": vectors}
     return config, record
+
+
+def read_unlabelled(specs: Sequence[str], limit: int) -> tuple[list[str], dict[str, Any]]:
+    """The first `limit` non-blank sentences of the corpus specs (data/corpus.py), read one after the other.
+
+    Returns:
+        (the sentences, a record: the specs, the sentences read, whether the limit cut the corpus, seconds).
+    Raises:
+        AlbertlmError: a spec that resolves to no file or gives no sentence, named (data/corpus.py).
+    """
+    start, texts, truncated = time.perf_counter(), [], False
+    for sentence in Corpus(list(specs)).sentences():
+        if not sentence.strip():
+            continue
+        if len(texts) == limit:
+            truncated = True
+            break
+        texts.append(sentence)
+    return texts, {"specs": list(specs), "texts": len(texts), "truncated": truncated,
+                   "seconds": round(time.perf_counter() - start, 3)}
 
 
 def run_baselines(spec: TaskSpec, train_ex: Sequence, dev_ex: Sequence, chinese: bool
@@ -452,7 +487,8 @@ def recipe_flags(recipe: Any) -> list[str]:
 def finetune_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: str | Path,
                           budget_minutes: float = DEFAULT_BUDGET_MINUTES, recipe: ScratchRecipe = DEFAULT_RECIPE, *,
                           device: str | torch.device = "cpu", progress: bool = True,
-                          log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                          log: Callable[[str], None] | None = None, unlabelled: Sequence[str] = ()
+                          ) -> dict[str, Any]:
     """Train the best model albertlm knows for a task's labelled data alone, inside a time budget.
 
     Args:
@@ -465,38 +501,43 @@ def finetune_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: s
         device: torch device ("cpu", "cuda", "auto").
         progress: show a progress bar while fine-tuning.
         log: receives one line per stage (default: nothing).
+        unlabelled: corpus specs (data/corpus.py: files, folders, globs, kjv) of more text whose
+            sentences join the training text's for the word vectors (read_unlabelled; the vocabulary
+            stays the training text's).
     Returns:
         Fine-tuning's results plus "from_scratch" (the recipe, the budget, the vocabulary, the probe,
         the plan, each stage's seconds, the command that repeats the run from OUT/base), "baseline"
         (tasks/baselines.headline, or None) and "baseline_note" (why there is none, else None).
     """
     return run_from_scratch(TaskHead(), task, data_dir, out_dir, budget_minutes, recipe, device=device,
-                            progress=progress, log=log)
+                            progress=progress, log=log, unlabelled=unlabelled)
 
 
 def run_from_scratch(target: ScratchTarget, task: str | TaskSpec, data_dir: str | Path, out_dir: str | Path,
                      budget_minutes: float, recipe: ScratchRecipe, *, device: str | torch.device = "cpu",
-                     progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                     progress: bool = True, log: Callable[[str], None] | None = None,
+                     unlabelled: Sequence[str] = ()) -> dict[str, Any]:
     """The run without a pretrained model (the module docstring's stages), training `target`.
 
     Args:
         target: what is trained on the base (TaskHead, or train/scratch_embedding.py's embedder).
-        task, data_dir, out_dir, budget_minutes, recipe, device, progress, log: as finetune_from_scratch's.
+        task, data_dir, out_dir, budget_minutes, recipe, device, progress, log, unlabelled: as
+            finetune_from_scratch's.
     Returns:
         finetune_from_scratch's results, with the target's own entries (ScratchTarget.records, .finish).
     """
     spec = get_task(task) if isinstance(task, str) else task
-    check_inputs(spec, data_dir, budget_minutes, recipe, target)
+    check_inputs(spec, data_dir, budget_minutes, recipe, target, unlabelled)
     out = OutputDir(out_dir, "finetune", SCRATCH_FILES + target.files, inputs={"--data": data_dir})
     device = resolve_device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), out.claim():
         return _from_scratch(target, spec, data_dir, out, budget_minutes, recipe, device=device, progress=progress,
-                             log=log or (lambda line: None))
+                             log=log or (lambda line: None), unlabelled=unlabelled)
 
 
 def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, out: OutputDir, budget_minutes: float,
-                  recipe: ScratchRecipe, *, device: torch.device, progress: bool, log: Callable[[str], None]
-                  ) -> dict[str, Any]:
+                  recipe: ScratchRecipe, *, device: torch.device, progress: bool, log: Callable[[str], None],
+                  unlabelled: Sequence[str] = ()) -> dict[str, Any]:
     """run_from_scratch()'s body, in its claimed OUT and a fork of torch's global generator."""
     start, budget_s = time.perf_counter(), 60.0 * budget_minutes
     stages: dict[str, float] = {}
@@ -513,7 +554,13 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
     train_ex = spec.read(data_dir, "train", ft.strict)
     chinese = is_chinese(train_ex)
     t = stage("read_s", t)
-    base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log)
+    extra, extra_record = [], None
+    if unlabelled:
+        extra, extra_record = read_unlabelled(unlabelled, recipe.unlabelled_max_texts)
+        cut = f" (the first {recipe.unlabelled_max_texts:,}: the recipe's limit)" if extra_record["truncated"] else ""
+        log(f"unlabelled text: {len(extra):,} sentences{cut} from {', '.join(unlabelled)}")
+        t = stage("unlabelled_s", t)
+    base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log, extra)
     word_vectors = vocab.pop("word_vectors")
     t = stage("base_s", t)
     log(f"vocabulary: {vocab['vocab_size']:,} pieces ({'Chinese' if chinese else 'English'}) from {vocab['texts']:,} "
@@ -541,7 +588,7 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
     run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
     built = target.build(run, dev, base_dir, base, tokenizer, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
-              "word_vectors": word_vectors,
+              "word_vectors": word_vectors, "unlabelled": extra_record,
               "max_seq_length": run.recipe.max_seq_length,
               "probe": {"steps": recipe.probe_steps, "step_s": step_s, "eval_s": eval_s},
               "plan": dataclasses.asdict(plan),

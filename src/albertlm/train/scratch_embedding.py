@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,7 +144,8 @@ def embedder_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: s
                           budget_minutes: float = DEFAULT_BUDGET_MINUTES, recipe: ScratchRecipe | None = None,
                           settings: EmbeddingSettings = EmbeddingSettings("cosent"), *,
                           device: str | torch.device = "cpu", progress: bool = True,
-                          log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                          log: Callable[[str], None] | None = None, unlabelled: Sequence[str] = ()
+                          ) -> dict[str, Any]:
     """Train a sentence embedder for a task's pairs alone, from a random ALBERT, inside a time budget.
 
     Args:
@@ -156,7 +157,7 @@ def embedder_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: s
         budget_minutes: wall time for the whole run, every stage included.
         recipe: the preset, the vocabulary and the fine-tuning settings; None: `default_recipe(objective)`.
         settings: the objective, pooling and similarity scale (objective "task" is refused).
-        device, progress, log: as scratch.finetune_from_scratch's.
+        device, progress, log, unlabelled: as scratch.finetune_from_scratch's.
     Returns:
         finetune_embedder's results (the settings in "embedding", the copy in "sentence_transformers")
         plus finetune_from_scratch's "from_scratch", "baseline" (tasks/baselines.embedding_headline, or
@@ -166,7 +167,7 @@ def embedder_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: s
     """
     recipe = default_recipe(settings.objective) if recipe is None else recipe
     return run_from_scratch(EmbedderTarget(settings), task, data_dir, out_dir, budget_minutes, recipe, device=device,
-                            progress=progress, log=log)
+                            progress=progress, log=log, unlabelled=unlabelled)
 
 
 def suggested_objectives(spec: TaskSpec, data_dir: str | Path) -> str | None:
