@@ -43,6 +43,7 @@ from albertlm.tasks.registry import FAMILIES
 from albertlm.tokenizer import Tokenizer, train_tokenizer
 from albertlm.inference.embed import EmbedSettings, embed
 from albertlm.inference.load import load_tokenizer
+from albertlm.train.embedding import EmbeddingSettings, finetune_embedder
 from albertlm.train.finetune import FinetuneRecipe, finetune
 from albertlm.inference.predict import predict_lines
 from test_distill import FILL, NEG, POS, RECIPE, write_sst, write_stsb
@@ -173,8 +174,10 @@ def models(tmp_path_factory) -> dict[str, Path]:
              FinetuneRecipe(early_exit=True, **two), progress=False)
     finetune("sts-b", pre, write_stsb(root / "stsb"), dirs["reg"], FinetuneRecipe(**two), progress=False)
     finetune("conll2003", pre, conll, dirs["ner"], FinetuneRecipe(**two), progress=False)
+    finetune_embedder("sts-b", pre, root / "stsb", root / "emb", FinetuneRecipe(**two), EmbeddingSettings("cosent"),
+                      progress=False)
     torch.set_num_threads(threads)
-    out = {**dirs, "pre": pre, "root": root, "onnx": None}
+    out = {**dirs, "pre": pre, "emb": root / "emb", "root": root, "onnx": None}
     if ONNX:
         assert main(["export", str(dirs["cls"]), str(root / "cls.onnx"), "--exporter", "legacy"]) == 0
         out["onnx"] = root / "cls.onnx"
@@ -197,6 +200,7 @@ def servers(models) -> dict[str, Server]:
         "ner": Server(models["ner"], logs / "ner", "--max-queue", str(len(_requests("ner"))), *batch("ner")),
         "enc": Server(models["pre"], logs / "enc", "--max-wait-ms", "60000", "--max-queue", "4", "--max-inputs", "6",
                       "--max-body-bytes", "2048", "--keep-alive-s", "1"),
+        "emb": Server(models["emb"], logs / "emb"),
     }
     if models["onnx"] is not None:
         started["onnx"] = Server(models["cls"], logs / "onnx", "--onnx", str(models["onnx"]), "--pooling", "cls")
@@ -508,6 +512,34 @@ def test_an_encoder_directory_answers_predict_with_501_naming_the_reason(servers
     assert "embeddings only" in servers["enc"].err.read_text()
 
 
+def test_a_sentence_embedder_answers_predict_with_the_cosine_albertlm_predict_prints(servers, models, tmp_path,
+                                                                                    capsys):
+    url, emb = servers["emb"].url, models["emb"]
+    info = httpx.get(url + "/info").json()
+    assert info["predict"] is True and info["no_predict"] is None and info["head"] is None and info["task"] == "sts-b"
+    assert info["pair_scores"]["score"] == "cosine" and info["pair_scores"]["objective"] == "cosent"
+    assert "a sentence embedder (/predict: the cosine of each text pair" in servers["emb"].err.read_text()
+    lines = [f"{' '.join(FILL[:3])} {POS[0]} .\t{' '.join(FILL[2:5])} {POS[1]} .",
+             f"{' '.join(FILL[:3])} {NEG[0]} .\t{' '.join(FILL[1:4])} {POS[0]} .", f"{NEG[1]}\t{FILL[4]} {FILL[0]}"]
+    served = httpx.post(url + "/predict", json={"inputs": lines}, timeout=120)
+    assert served.status_code == 200, served.text
+    file = tmp_path / "pairs.txt"
+    file.write_text("\n".join(lines) + "\n")
+    assert main(["predict", "--model", str(emb), str(file)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [a["line"] for a in served.json()] == printed and len(printed) == 3
+    assert [a["score"] for a in served.json()] == [round(float(x), 4) for x in printed]
+    assert len(set(printed)) > 1  # different pairs, different scores: the answers are the pairs' own
+    single = httpx.post(url + "/predict", json={"inputs": lines[1]}, timeout=120).json()
+    assert single["line"] == printed[1]
+    one = httpx.post(url + "/predict", json={"inputs": [lines[0], "just one text"]}, timeout=60)
+    assert one.status_code == 422 and one.json()["error"] == (
+        f"inputs[1]: {emb} is a sentence embedder; it scores text pairs, one text_a<TAB>text_b per line (for one "
+        "text's vector: POST /embed)")
+    vectors = httpx.post(url + "/embed", json={"inputs": ["a good film ."]}, timeout=60).json()
+    assert np.allclose(vectors, _cli_embed(emb, ["a good film ."], tmp_path), atol=1e-5)
+
+
 @pytest.mark.parametrize("route, body, status, message", [
     ("/embed", {"text": "x"}, 422, r'^body: expected a JSON object \{"inputs": \.\.\.\}$'),
     ("/embed", {"inputs": "x", "truncate": True}, 422,
@@ -613,6 +645,8 @@ def test_bad_directories_flags_and_a_busy_port_are_one_line_errors(models, tmp_p
 
     assert f"{tmp_path / 'nothing'}: not a model directory" in error(tmp_path / "nothing")
     assert "--patience needs a fine-tuned directory: " in error(models["pre"], "--patience", "2")
+    assert f"--patience needs a fine-tuned directory: {models['emb']} is a sentence embedder" in error(
+        models["emb"], "--patience", "1")
     assert "--patience needs a model fine-tuned with --early-exit" in error(models["reg"], "--patience", "2")
     assert "pooling 'pooler' needs ALBERT's pooler" in error(models["ner"], "--pooling", "pooler")
     onnx = tmp_path / "any.onnx"

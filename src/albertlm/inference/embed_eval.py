@@ -100,26 +100,46 @@ def embedding_record(model_dir: str | Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+PAIR_LINE_HINT = "for one text's vector: albertlm embed DIR --input FILE"
+"""What a one-text line is told to use instead, on the command line."""
+
+
+def split_pair(line: str, where: str, model_dir: str | Path, hint: str = PAIR_LINE_HINT) -> tuple[str, str]:
+    """(text_a, text_b) of a `text_a<TAB>text_b` line given to a sentence embedder.
+
+    Raises:
+        AlbertlmError: one line naming `where` (a file's line, a request's input): not two tab-separated texts.
+    """
+    if line.count("\t") != 1:
+        raise AlbertlmError(f"{where}: {model_dir} is a sentence embedder; it scores text pairs, one "
+                            f"text_a<TAB>text_b per line ({hint})")
+    a, b = line.split("\t")
+    return a, b
+
+
+def pair_cosines(embedder: Embedder, pairs: list[tuple[str, str]], batch_size: int = 32) -> list[float]:
+    """The cosine of the two texts' vectors of each pair, the score a sentence embedder gives it."""
+    if not pairs:
+        return []
+    a = unit_rows(embedder.encode([p[0] for p in pairs], batch_size))
+    b = unit_rows(embedder.encode([p[1] for p in pairs], batch_size))
+    return [float(c) for c in row_cosines(a, b)]
+
+
 def pair_cosine_lines(model_dir: str | Path, lines: list[str], settings: EmbedSettings = EmbedSettings(),
                       source: str = "input") -> list[str]:
     """What `albertlm predict` prints for a sentence embedder: the cosine of the two texts' vectors of each
-    `text_a<TAB>text_b` line, as %.4f; a blank line gives a blank line (outputs stay aligned).
+    `text_a<TAB>text_b` line, as %.4f (`pair_cosines`); a blank line gives a blank line (outputs stay aligned).
 
     Raises:
         AlbertlmError: one line, before the model loads: a line that is not two tab-separated texts.
     """
     all_lines = [line.rstrip("\r\n") for line in lines]
     keep = [i for i, line in enumerate(all_lines) if line.strip()]
-    for i in keep:
-        if all_lines[i].count("\t") != 1:
-            raise AlbertlmError(f"{source} line {i + 1}: {model_dir} is a sentence embedder; it scores text pairs, "
-                                "one text_a<TAB>text_b per line (for one text's vector: albertlm embed DIR --input "
-                                "FILE)")
+    pairs = [split_pair(all_lines[i], f"{source} line {i + 1}", model_dir) for i in keep]
     out = [""] * len(all_lines)
     if keep:
-        embedder = load_embedder(model_dir, settings)
-        a = unit_rows(embedder.encode([all_lines[i].split("\t")[0] for i in keep], settings.batch_size))
-        b = unit_rows(embedder.encode([all_lines[i].split("\t")[1] for i in keep], settings.batch_size))
-        for i, cosine in zip(keep, row_cosines(a, b)):
-            out[i] = f"{float(cosine):.4f}"
+        cosines = pair_cosines(load_embedder(model_dir, settings), pairs, settings.batch_size)
+        for i, cosine in zip(keep, cosines):
+            out[i] = f"{cosine:.4f}"
     return out

@@ -5,7 +5,10 @@
     predict` takes, so every answer's `line` is what predict prints for it;
   - embeddings: any directory `albertlm embed` reads (pretrained, fine-tuned or sentence-transformers), texts
     encoded by `Embedder.encode`, the path `albertlm embed` takes. A directory without a task head serves
-    embeddings only (`no_predict` says why).
+    embeddings only (`no_predict` says why), except a sentence embedder trained here (its config.json
+    records its objective and task, `inference.embed_eval.embedding_record`): its /predict scores each
+    `text_a<TAB>text_b` input by the cosine of the two texts' vectors, as `albertlm predict` prints it
+    (`inference.embed_eval.pair_cosines`), computed by the embedding routes' own encoder.
 
 The encoder is held once where it can be: on a fine-tuned directory run by torch (fp32 or int8, early exit
 or not), the embedder is built on the /predict model's backbone (`inference.embed.embedder_on`), which
@@ -59,22 +62,26 @@ class ServedModel:
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings):
         from albertlm.inference.embed import EmbedSettings
+        from albertlm.inference.embed_eval import embedding_record
         from albertlm.inference.load import load_model_dir
 
         if not Path(model_dir).is_dir():
             raise AlbertlmError(f"{model_dir}: not a model directory")
         self.model_dir = str(model_dir)
         int8 = settings.int8_backend if settings.int8 else None
-        self.no_predict = predict_refusal(model_dir)
+        self.pair_scores = embedding_record(model_dir)
+        """A sentence embedder's record (objective, task): /predict gives the cosine of each text pair; or None."""
+        self.no_predict = None if self.pair_scores is not None else predict_refusal(model_dir)
         """Why /predict is not served (a directory without a task head), or None."""
         self.loaded = None
-        if self.no_predict is None:
+        if self.no_predict is None and self.pair_scores is None:
             self.loaded = load_model_dir(model_dir, device=settings.device, int8=int8, patience=settings.patience,
                                          regression_threshold=settings.regression_threshold, onnx=settings.onnx)
         else:
+            why = self.no_predict or f"{model_dir} is a sentence embedder, without a task head or exit heads"
             for flag, on in (("--onnx", settings.onnx is not None), ("--patience", settings.patience is not None)):
                 if on:
-                    raise AlbertlmError(f"{flag} needs a fine-tuned directory: {self.no_predict}")
+                    raise AlbertlmError(f"{flag} needs a fine-tuned directory: {why}")
         device = self.loaded.device.type if self.loaded is not None else settings.device
         self.embedder, self.embedding_encoder = self._embedder(EmbedSettings(
             pooling=settings.pooling, normalize=settings.normalize, device=device, int8=settings.int8,
@@ -116,11 +123,18 @@ class ServedModel:
     @property
     def title(self) -> str:
         """What the startup line calls the model: its head, or what serves embeddings only."""
+        if self.pair_scores is not None:
+            return "a sentence embedder (/predict: the cosine of each text pair; /embed, /v1/embeddings)"
         return self.head or "embeddings only (/embed, /v1/embeddings)"
 
     # ------------------------------------------------------------------------ predictions
     def example(self, index: int, line: str) -> Any:
-        """The family's example for one input line, or a one-line error naming `inputs[index]`."""
+        """The family's example for one input line (a sentence embedder's: the two texts), or a one-line error
+        naming `inputs[index]`."""
+        if self.pair_scores is not None:
+            from albertlm.inference.embed_eval import split_pair
+
+            return split_pair(line, f"inputs[{index}]", self.model_dir, "for one text's vector: POST /embed")
         try:
             return self.family.parse_line(index, line, self.tokenizer)
         except AlbertlmError as exc:  # the family names the line of a file: here it is an input of a request
@@ -141,8 +155,13 @@ class ServedModel:
 
         if self.no_predict is not None:
             raise AlbertlmError(self.no_predict)
-        for i, line in enumerate(lines):
-            self.example(i, line)  # a bad input is named as the request's, before any work
+        examples = [self.example(i, line) for i, line in enumerate(lines)]  # a bad input named before any work
+        if self.pair_scores is not None:
+            from albertlm.inference.embed import EmbedSettings
+            from albertlm.inference.embed_eval import pair_cosines
+
+            cosines = pair_cosines(self.embedder, examples, EmbedSettings.batch_size)
+            return [{"score": round(c, 4), "line": f"{c:.4f}"} for c in cosines]
         predictions = predict_batch(self.loaded, lines, self.forward_batch)
         answers = [{**answer_fields(result), "line": self.family.line(result)} for result in predictions.results]
         if predictions.exit_layers is not None:
@@ -188,7 +207,8 @@ class ServedModel:
         """What /info says about the model."""
         e = self.embedder
         head = self.loaded is not None
-        return {"model_dir": self.model_dir, "task": self.config.extra.get("finetuning_task") if head else None,
+        task = self.config.extra.get("finetuning_task") if head else (self.pair_scores or {}).get("task")
+        return {"model_dir": self.model_dir, "task": task,
                 "head": self.head, "family": self.family.name if head else None,
                 "problem_type": self.loaded.problem_type if head else None, "labels": self.labels,
                 "backend": self.backend, "onnx_file": self.onnx, "device": str(self.device),
@@ -196,6 +216,7 @@ class ServedModel:
                 "early_exit": None if self.patience is None else {"patience": self.patience,
                                                                   "layers": self.config.num_layer_calls},
                 "predict": self.no_predict is None, "no_predict": self.no_predict,
+                "pair_scores": None if self.pair_scores is None else {"score": "cosine", **self.pair_scores},
                 "embedding": {"pooling": e.pooling, "normalize": self.normalize, "dimensions": e.dim,
                               "max_seq_length": e.max_seq_length, "device": str(e.device),
                               "backend": "fp32" if self.backend == "onnx" else self.backend,
