@@ -186,6 +186,28 @@ def test_the_plan_fits_the_budget(runs, task):
     assert f"budget {float(BUDGET):g} min: used " in stdout
 
 
+def test_the_examples_cap_binds_only_on_a_large_training_set():
+    r = dataclasses.replace(DEFAULT_RECIPE, epochs=10.0, max_examples=1_600)
+    common = dict(budget_s=6000, spent_s=50, step_s=0.5, eval_s=2, batch_size=32)
+    small = plan_steps(r, train_features=96, **common)  # 10 epochs are 30 steps, 960 examples: under the cap
+    assert (small.steps, small.limited_by, small.epoch_cap) == (30, "epochs", 30)
+    large = plan_steps(r, train_features=10_000, **common)  # 10 epochs would be 3,125 steps
+    assert (large.steps, large.limited_by, large.epoch_cap) == (50, "examples", 50)  # 1,600 examples of 32
+    uneven = plan_steps(dataclasses.replace(r, max_examples=1_601), train_features=10_000, **common)
+    assert uneven.steps == 51 and uneven.steps * 32 >= 1_601  # rounded up to whole steps
+    # the budget still wins when it holds fewer steps than either cap
+    tight = plan_steps(r, train_features=10_000, **{**common, "budget_s": 70})
+    assert tight.limited_by == "budget" and tight.steps < 50
+    uncapped = plan_steps(dataclasses.replace(r, max_examples=None), train_features=10_000, **common)
+    assert (uncapped.steps, uncapped.limited_by) == (3_125, "epochs")
+    # the default caps SST-2's 67,349 training examples at 160,000 seen, and leaves ChnSentiCorp's 9,600 alone
+    sst2 = plan_steps(DEFAULT_RECIPE, train_features=67_349, **common)
+    chn = plan_steps(DEFAULT_RECIPE, train_features=9_600, **common)
+    assert (sst2.steps, sst2.limited_by) == (5_000, "examples") and (chn.steps, chn.limited_by) == (3_000, "epochs")
+    with pytest.raises(AlbertlmError, match="max_examples must be positive"):
+        dataclasses.replace(DEFAULT_RECIPE, max_examples=0)
+
+
 def test_plan_steps_by_budget_epochs_and_dev_size():
     r = dataclasses.replace(DEFAULT_RECIPE, epochs=3.0)
     by_budget = plan_steps(r, budget_s=600, spent_s=50, step_s=0.5, eval_s=2, train_features=100_000, batch_size=32)
@@ -372,7 +394,8 @@ def test_seq_length_comes_from_the_data():
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 64) == 64  # the model's positions
 
 
-@pytest.mark.parametrize("limited_by,improving", [("budget", True), ("epochs", True), ("budget", False)])
+@pytest.mark.parametrize("limited_by,improving", [("budget", True), ("epochs", True), ("examples", True),
+                                                  ("budget", False)])
 def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by, improving):
     from albertlm.train.scratch import format_scratch
 
@@ -387,6 +410,8 @@ def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by, improvi
     assert ("a longer --budget may close the gap" in text) == (limited_by == "budget" and improving)
     assert ("would not change it" in text) == (limited_by != "budget")
     assert ("best dev score came at step 1,400 of 6,314" in text) == (not improving)
+    cap = {"budget": "the budget", "epochs": "the epoch cap", "examples": "the cap on examples seen"}[limited_by]
+    assert f"limited by {cap})" in text
 
 
 def test_a_machine_slower_than_the_probe_stops_at_the_deadline(tmp_path, one_thread, capsys, monkeypatch):
