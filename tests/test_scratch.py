@@ -149,6 +149,7 @@ def test_baseline_is_printed_and_recorded(runs, task):
             "conll2003": "type_lookup"}[task]
     floor = {"sts-b": "mean", "conll2003": "all_o"}.get(task, "majority")
     assert "count-based baseline, same split: " in stdout and "baseline: " in stderr
+    assert ("the same command with --unlabelled FILE" in stdout) == (task == "conll2003")  # told to taggers only
     if not HAVE_SKLEARN and task != "conll2003":  # the lookup taggers need no scikit-learn
         assert results["baseline"] is None and "albertlm[bench]" in results["baseline_note"]
         return
@@ -412,6 +413,19 @@ def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by, improvi
     assert ("best dev score came at step 1,400 of 6,314" in text) == (not improving)
     cap = {"budget": "the budget", "epochs": "the epoch cap", "examples": "the cap on examples seen"}[limited_by]
     assert f"limited by {cap})" in text
+
+
+@pytest.mark.parametrize("tagger,unlabelled", [(True, None), (True, {"specs": ["more.txt"]}), (False, None)])
+def test_a_tagger_without_unlabelled_text_is_told_of_the_flag(tagger, unlabelled):
+    from albertlm.train.scratch import format_scratch
+
+    results = {"main_metric": "f1", "steps": 100, "best": {"f1": 0.70}, "model_dir": "OUT/base", "baseline_note": None,
+               "best_step": 100, "improving_at_end": True,
+               "baseline": {"metric": "f1", "name": "type_lookup", "value": 0.68, "floor": {"name": "all_o", "value": 0.0}},
+               "from_scratch": {"recipe": {"preset": "albert-tiny"}, "budget_minutes": 40.0, "unlabelled": unlabelled,
+                                "stages": {"total_s": 600.0}, "plan": {"steps": 100, "limited_by": "epochs"}}}
+    text = format_scratch(results, tagger=tagger)
+    assert ("the same command with --unlabelled FILE" in text) == (tagger and unlabelled is None)
 
 
 def test_a_machine_slower_than_the_probe_stops_at_the_deadline(tmp_path, one_thread, capsys, monkeypatch):

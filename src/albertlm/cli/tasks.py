@@ -151,7 +151,7 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     results = finetune_from_scratch(spec, args.data, out, budget, recipe, **run)
     print(format_results(results))
     print(format_scratch(results, scratch_embedding.suggested_objectives(spec, args.data) if baseline_wins(results)
-                         else None))
+                         else None, tagger=spec.family.name == "ner"))
     return 0
 
 
