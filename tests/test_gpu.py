@@ -74,7 +74,7 @@ def test_flash_attention_matches_the_math_kernel(dtype):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     torch.manual_seed(0)
-    config = get_preset("test", num_attention_heads=4)
+    config = get_preset("test", num_attention_heads=4, max_position_embeddings=128)  # S=128 below
     model = AlbertForPreTraining(config).cuda().to(dtype).eval()
     batch = _batch(config, torch.device("cuda"), S=128)
     batch.pop("attention_mask")  # the flash kernel takes no mask: unpadded input

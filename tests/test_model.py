@@ -140,6 +140,15 @@ def test_position_ids_and_defaults():
     torch.testing.assert_close(a, b)
 
 
+def test_an_input_longer_than_the_position_table_is_refused_by_name():
+    config = _config("all")
+    model = AlbertModel(config).eval()
+    n = config.max_position_embeddings
+    model(torch.randint(5, config.vocab_size, (1, n)))  # exactly the table's length is fine
+    with pytest.raises(ValueError, match=f"{n + 1} tokens .* max_position_embeddings \\({n}\\)"):
+        model(torch.randint(5, config.vocab_size, (1, n + 1)))
+
+
 # ---------------------------------------------------------------------------- unpadded path
 def _ragged(config, lengths=(12, 5, 9, 1), S=12, seed=2):
     g = torch.Generator().manual_seed(seed)

@@ -61,6 +61,10 @@ class Embeddings(nn.Module):
         """input_ids [B, S] -> embeddings [B, S, W]."""
         S = input_ids.shape[1]
         if position_ids is None:
+            # eager calls only: an export or compile traces symbolic lengths, which the check would pin
+            if S > self.position.num_embeddings and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+                raise ValueError(f"an input of {S} tokens is longer than the model's max_position_embeddings "
+                                 f"({self.position.num_embeddings})")
             position_ids = torch.arange(S, device=input_ids.device)  # [S], broadcast over B
         x = self.words(input_ids) + self.position(position_ids)  # [B, S, W]
         x = x + (self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids))
