@@ -446,3 +446,51 @@ def test_results_record_the_dev_curve_and_whether_it_was_still_improving(tmp_pat
     assert results["dev_curve"] == [[r["step"], r["accuracy"]] for r in evals] and len(evals) == 4
     assert results["improving_at_end"] == (results["best_step"] == 8)
     assert ("still improving" in format_results(results)) == results["improving_at_end"]
+
+
+def test_weight_average_follows_its_formula():
+    from albertlm.train.finetune import weight_average
+
+    model = torch.nn.Linear(3, 2)
+    averaged = weight_average(model, decay=0.5)
+    expected = [p.detach().clone() for p in model.parameters()]
+    for n in range(6):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        averaged.update_parameters(model)
+        keep = 0.0 if n == 0 else min(0.5, (1 + n) / (10 + n))  # the first update copies the weights
+        expected = [e * keep + p.detach() * (1 - keep) for e, p in zip(expected, model.parameters())]
+    for e, a in zip(expected, averaged.module.parameters()):
+        torch.testing.assert_close(a, e)
+
+
+def test_ema_scores_and_saves_the_averaged_weights_and_records_the_trained_ones(tmp_path, model_dir):
+    from albertlm.inference.evaluate import evaluate_dir
+
+    write_sst(tmp_path, random.Random(3))
+    recipe = FinetuneRecipe(steps=12, eval_every=4, batch_size=16, max_seq_length=32, lr=1e-3, ema_decay=0.9)
+    results = finetune("sst-2", model_dir, tmp_path, tmp_path / "ema", recipe, progress=False)
+    plain = finetune("sst-2", model_dir, tmp_path, tmp_path / "plain", FinetuneRecipe(
+        **{**recipe.__dict__, "ema_decay": 0.0}), progress=False)
+    # the same training: the trained weights score as the run without averaging, at every evaluation
+    assert results["trained_weights"]["dev_curve"] == plain["dev_curve"] and "trained_weights" not in plain
+    assert results["trained_weights"]["best"] == max(v for _, v in plain["dev_curve"])
+    # what is kept and saved is the average: it scores as results say, and its weights are not the trained ones
+    assert evaluate_dir(tmp_path / "ema", tmp_path)["metrics"]["accuracy"] == pytest.approx(
+        results["best"]["accuracy"])
+    from safetensors.torch import load_file
+    ema_w = load_file(tmp_path / "ema" / "model.safetensors")
+    plain_w = load_file(tmp_path / "plain" / "model.safetensors")
+    assert any(not torch.equal(ema_w[k], plain_w[k]) for k in ema_w)
+    assert [s for s, _ in results["dev_curve"]] == [4, 8, 12]
+
+
+@pytest.mark.parametrize("decay", ["1", "-0.1"])
+def test_ema_decay_outside_its_range_is_one_line(decay, model_dir, tmp_path, capsys):
+    write_sst(tmp_path, random.Random(3))
+    assert main(["finetune", "--task", "sst-2", "--model", str(model_dir), "--data", str(tmp_path), "--out",
+                 str(tmp_path / "out"), "--ema-decay", decay]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ema_decay must lie in [0, 1)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -115,6 +115,11 @@ class FinetuneRecipe:
     transformers refuses such a head)."""
     pooler_reinit: bool = False
     """Sentence-level heads: draw the pooler afresh (N(0, initializer_range)) instead of keeping the model's."""
+    ema_decay: float = 0.0
+    """Keep an exponential moving average of the weights, this decay per step (0: off), and score, keep and
+    save the averaged weights instead of the trained ones; results.json also records the trained weights'
+    own dev curve. The first steps average with a shorter memory: min(ema_decay, (1 + n) / (10 + n))
+    after n updates, so the start's random weights fade out."""
 
     def __post_init__(self) -> None:
         check_field_types(self)  # optimizer and precision among their Literal's values, named
@@ -142,6 +147,8 @@ class FinetuneRecipe:
             raise AlbertlmError(f"mlm_weight must be a finite number, 0 or more, got {self.mlm_weight}")
         if not 0.0 < self.mlm_probability < 1.0:
             raise AlbertlmError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise AlbertlmError(f"ema_decay must lie in [0, 1) (0: no averaging), got {self.ema_decay}")
 
     def resolve(self, spec: TaskSpec, n_train: int) -> FinetuneRecipe:
         """A copy with every task default filled in, for `n_train` training features."""
@@ -450,6 +457,9 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     trained = model if trained is None else trained
     scorer = head_scorer(run, tokenizer, device) if scorer is None else scorer
     optimizer = task_optimizer(trained, r)
+    averaged = weight_average(model, r.ema_decay) if r.ema_decay else None
+    kept = model if averaged is None else averaged.module  # what is scored for the best checkpoint and saved
+    raw: dict[str, Any] = {"curve": [], "best": None, "step": 0}  # with averaging: the trained weights' own scores
     logger = MetricsLogger(out_dir)
     logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
                             **dataclasses.asdict(r)})
@@ -469,6 +479,8 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         return True
 
     def on_log(done: int, m: dict[str, Any], lr: float, logged: bool) -> dict[str, str]:
+        if averaged is not None:
+            averaged.update_parameters(model)
         train_loss = m["loss_sum"] / max(m["n_n"], 1.0)
         if logged:
             mlm = ({"mlm_loss": m["mlm_loss_sum"] / m["mlm_n"], "mlm_accuracy": m["mlm_correct"] / m["mlm_n"]}
@@ -480,7 +492,14 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     def on_eval(done: int) -> bool:
         nonlocal best, last, last_step
         began = time.perf_counter()
-        last, predictions = scorer.score(model)
+        if averaged is not None:
+            trained_metrics, _ = scorer.score(model)
+            logger.log(done, "eval_trained_weights", trained_metrics)
+            value = trained_metrics.get(scorer.metric, float("nan"))
+            raw["curve"].append([done, value])
+            if not math.isnan(value) and (raw["best"] is None or value > raw["best"]):
+                raw["best"], raw["step"] = value, done
+        last, predictions = scorer.score(kept)
         logger.log(done, "eval", last)
         value = last.get(scorer.metric, float("nan"))
         curve.append([done, value])
@@ -488,7 +507,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         if best["value"] is None or value > best["value"]:
             best = {"value": value, "step": done, "metrics": last}
             state["bad_evals"] = 0
-            scorer.save(model, out_dir, predictions)
+            scorer.save(kept, out_dir, predictions)
         else:
             state["bad_evals"] += 1
         last_step = time.perf_counter()
@@ -511,8 +530,22 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                "improving_at_end": len(curve) > 1 and best["step"] == curve[-1][0], **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
+    if averaged is not None:
+        results["trained_weights"] = {"dev_curve": raw["curve"], "best": raw["best"], "best_step": raw["step"]}
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2))
     return results
+
+
+def weight_average(model: nn.Module, decay: float) -> torch.optim.swa_utils.AveragedModel:
+    """An exponential moving average of `model`'s parameters (torch's AveragedModel, a copy of the model):
+    the first update copies the weights, and after n updates the next keeps min(decay, (1 + n) / (10 + n))
+    of the average, so the first steps are not averaged with the random start for long. Parameters only:
+    the heads hold no buffers."""
+    def ema(averages: list[torch.Tensor], currents: list[torch.Tensor], n: torch.Tensor) -> None:
+        keep = min(decay, (1.0 + float(n)) / (10.0 + float(n)))
+        torch._foreach_lerp_(averages, currents, 1.0 - keep)
+
+    return torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=ema, use_buffers=False)
 
 
 def task_optimizer(model: nn.Module, r: FinetuneRecipe) -> torch.optim.Optimizer:
