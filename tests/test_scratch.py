@@ -526,3 +526,36 @@ def test_unlabelled_text_needs_a_recipe_with_word_vectors(tmp_path):
         scratch.finetune_from_scratch("sst-2", tmp_path, tmp_path / "out", 1.0,
                                       dataclasses.replace(SMALL, word_vectors=False), unlabelled=[str(extra)])
     assert not (tmp_path / "out").exists()
+
+
+def test_averaged_weights_take_one_evaluation_interval_and_the_flag_overrides(tmp_path, one_thread, capsys,
+                                                                              monkeypatch):
+    """ema_intervals sets the decay from the plan; --ema-decay 0 turns it off; the printed verdict names both."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, ema_intervals=1.0))
+    write_sst(tmp_path, random.Random(5))
+    runs = {}
+    for name, flags in (("averaged", []), ("off", ["--ema-decay", "0"]), ("given", ["--ema-decay", "0.5"])):
+        out = tmp_path / name
+        assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), "--budget", BUDGET,
+                     "--no-progress", "--device", "cpu", *flags]) == 0
+        runs[name] = (json.loads((out / "results.json").read_text()), capsys.readouterr())
+    results, printed = runs["averaged"]
+    every = results["from_scratch"]["plan"]["eval_every"]
+    assert results["recipe"]["ema_decay"] == pytest.approx(1 - 1 / every)
+    raw = results["trained_weights"]
+    assert [s for s, _ in raw["dev_curve"]] == [s for s, _ in results["dev_curve"]]
+    assert raw["best"] == max(v for _, v in raw["dev_curve"])
+    assert "the averaged weights, decay" in printed.out and "trained weights' best" in printed.out
+    assert "--ema-decay" in results["from_scratch"]["reproduce"]
+    off, printed = runs["off"]
+    assert off["recipe"]["ema_decay"] is None and "trained_weights" not in off
+    assert "the averaged weights" not in printed.out
+    # the same training either way: the trained weights of the averaged run score as the run without averaging
+    assert raw["dev_curve"] == off["dev_curve"]
+    given, _ = runs["given"]
+    assert given["recipe"]["ema_decay"] == 0.5 and "trained_weights" in given
+
+
+def test_a_negative_ema_horizon_is_refused():
+    with pytest.raises(AlbertlmError, match="ema_intervals must be 0"):
+        ScratchRecipe(name="x", ema_intervals=-1.0)

@@ -250,3 +250,20 @@ def test_the_cli_suggests_the_objectives_of_the_task_s_pairs(tmp_path, capsys, m
     printed = capsys.readouterr().out
     assert "the count-based baseline beats the model" in printed
     assert "the same command with --objective cosent (docs/transfer.md)" in printed
+
+
+def test_an_embedder_keeps_its_averaged_weights(tmp_path, capsys, monkeypatch, one_thread):
+    """--ema-decay on a bi-encoder: the averaged encoder is what `albertlm embed` reads, and it scores as recorded."""
+    monkeypatch.setattr(scratch_embedding, "EMBEDDING_RECIPE", SMALL)
+    data = write_stsb(tmp_path / "stsb", n_train=48, n_dev=30)
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "sts-b", "--data", str(data), "--out", str(out), "--budget", BUDGET,
+                 "--no-progress", "--device", "cpu", "--ema-decay", "0.9"]) == 0
+    capsys.readouterr()
+    results = json.loads((out / "results.json").read_text())
+    assert results["recipe"]["ema_decay"] == 0.9
+    assert len(results["trained_weights"]["dev_curve"]) == len(results["dev_curve"])
+    assert main(["evaluate", "--model", str(out), "--data", str(data)]) == 0
+    printed = capsys.readouterr().out
+    metric = results["main_metric"]
+    assert f"{100 * results['best'][metric]:.2f}" in printed

@@ -115,11 +115,12 @@ class FinetuneRecipe:
     transformers refuses such a head)."""
     pooler_reinit: bool = False
     """Sentence-level heads: draw the pooler afresh (N(0, initializer_range)) instead of keeping the model's."""
-    ema_decay: float = 0.0
-    """Keep an exponential moving average of the weights, this decay per step (0: off), and score, keep and
-    save the averaged weights instead of the trained ones; results.json also records the trained weights'
-    own dev curve. The first steps average with a shorter memory: min(ema_decay, (1 + n) / (10 + n))
-    after n updates, so the start's random weights fade out."""
+    ema_decay: float | None = None
+    """Keep an exponential moving average of the weights, this decay per step, and score, keep and save the
+    averaged weights instead of the trained ones; results.json also records the trained weights' own dev
+    curve. The first steps average with a shorter memory: min(ema_decay, (1 + n) / (10 + n)) after n
+    updates, so the start's random weights fade out. 0: no averaging; None: none with --model, the
+    recipe's choice without it (one evaluation interval: train/scratch.py)."""
 
     def __post_init__(self) -> None:
         check_field_types(self)  # optimizer and precision among their Literal's values, named
@@ -147,7 +148,7 @@ class FinetuneRecipe:
             raise AlbertlmError(f"mlm_weight must be a finite number, 0 or more, got {self.mlm_weight}")
         if not 0.0 < self.mlm_probability < 1.0:
             raise AlbertlmError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
-        if not 0.0 <= self.ema_decay < 1.0:
+        if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
             raise AlbertlmError(f"ema_decay must lie in [0, 1) (0: no averaging), got {self.ema_decay}")
 
     def resolve(self, spec: TaskSpec, n_train: int) -> FinetuneRecipe:

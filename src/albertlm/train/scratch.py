@@ -120,6 +120,10 @@ class ScratchRecipe:
     random rows; special tokens and pieces without a positive-PMI context keep theirs."""
     word_vector_window: int = 5
     """With word_vectors: pieces on each side that count as a piece's context."""
+    ema_intervals: float = 0.0
+    """Score and keep an exponential moving average of the weights (FinetuneRecipe.ema_decay) whose horizon
+    1 / (1 - decay) is this many evaluation intervals of the plan; 0: no averaging. An ema_decay given
+    with the fine-tuning settings (--ema-decay; 0 for none) takes its place."""
     unlabelled_max_texts: int = 500_000
     """With unlabelled text (--unlabelled): the most of its sentences read, the first ones; bounds the
     memory and seconds of the word vectors (their co-occurrence pairs grow with the pieces read)."""
@@ -141,6 +145,8 @@ class ScratchRecipe:
                 or (self.max_examples is not None and self.max_examples <= 0)):
             raise AlbertlmError(f"{', '.join(positive)} and max_examples must be positive and seq_length_max at least "
                                 "seq_length_min")
+        if self.ema_intervals < 0:
+            raise AlbertlmError(f"ema_intervals must be 0 (no averaging) or more, got {self.ema_intervals}")
         if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
                 and 0 <= self.reserve < 1):
             raise AlbertlmError("length_quantile must lie in (0, 1], eval_share in (0, 1), warmup_share and "
@@ -591,16 +597,21 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
     log(f"baseline: {describe_baseline(baseline, note)}")
     step_s, eval_s = probe(run, target.build(run, dev, base_dir, base, tokenizer, device), device, recipe.probe_steps)
     t = stage("probe_s", t)
+    averaging = ft.ema_decay if ft.ema_decay is not None else (None if recipe.ema_intervals else 0.0)
     plan = plan_steps(recipe, budget_s=budget_s, spent_s=time.perf_counter() - start, step_s=step_s,
-                      eval_s=eval_s + vocab["save_s"], train_features=len(run.train_f),
-                      batch_size=run.recipe.batch_size)
+                      eval_s=eval_s * (1 if averaging == 0.0 else 2) + vocab["save_s"],  # both weights scored
+                      train_features=len(run.train_f), batch_size=run.recipe.batch_size)
+    if averaging is None:  # the recipe's: one horizon of ema_intervals evaluation intervals
+        averaging = 1.0 - 1.0 / max(1.0, recipe.ema_intervals * plan.eval_every)
     log(f"plan: {plan.steps:,} steps of {run.recipe.batch_size} at {plan.step_s:.3f} s ("
         + ("as many as the budget holds" if plan.limited_by == "budget"
            else f"{recipe.epochs:g} epochs, inside the budget" if plan.limited_by == "epochs"
            else f"{recipe.max_examples:,} examples seen, the recipe's cap, inside the budget")
-        + f"), {plan.evaluations} dev evaluations at {plan.eval_s:.2f} s; {plan.spent_s:.0f} s of "
-        f"{budget_s:.0f} s used so far")
-    final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every)
+        + f"), {plan.evaluations} dev evaluations at {plan.eval_s:.2f} s"
+        + (f" of the trained and the averaged weights (decay {averaging:.5g})" if averaging else "")
+        + f"; {plan.spent_s:.0f} s of {budget_s:.0f} s used so far")
+    final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every,
+                                ema_decay=averaging or None)
     run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
     built = target.build(run, dev, base_dir, base, tokenizer, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
@@ -665,6 +676,10 @@ def format_scratch(results: dict[str, Any], objectives: str | None = None, *, ta
     shape = f", a {results['embedding']['objective']} bi-encoder" if "embedding" in results else ""
     lines = [f"{s['recipe']['preset']} from scratch{shape}: dev {metric} {model:.2f}",
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
+    if (results.get("trained_weights") or {}).get("best") is not None:
+        raw = results["trained_weights"]
+        lines.insert(1, f"  (the averaged weights, decay {results['recipe']['ema_decay']:.5g}; the trained weights' "
+                        f"best at the same evaluations: {100 * raw['best']:.2f} at step {raw['best_step']:,})")
     if baseline_wins(results):
         if s["plan"]["limited_by"] != "budget":
             why = (f"the run stopped at {CAPS[s['plan']['limited_by']]}, not the budget, so a longer --budget would "
