@@ -62,7 +62,7 @@ class Embeddings(nn.Module):
         S = input_ids.shape[1]
         if position_ids is None:
             # eager calls only: an export or compile traces symbolic lengths, which the check would pin
-            if S > self.position.num_embeddings and not (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+            if not (torch.compiler.is_compiling() or torch.jit.is_tracing()) and S > self.position.num_embeddings:
                 raise ValueError(f"an input of {S} tokens is longer than the model's max_position_embeddings "
                                  f"({self.position.num_embeddings})")
             position_ids = torch.arange(S, device=input_ids.device)  # [S], broadcast over B
