@@ -120,7 +120,7 @@ class FinetuneRecipe:
     averaged weights instead of the trained ones; results.json also records the trained weights' own dev
     curve. The first steps average with a shorter memory: min(ema_decay, (1 + n) / (10 + n)) after n
     updates, so the start's random weights fade out. 0: no averaging; None: none with --model, the
-    recipe's choice without it (one evaluation interval: train/scratch.py)."""
+    recipe's choice without it (ScratchRecipe.ema_intervals; the default recipe does not average)."""
 
     def __post_init__(self) -> None:
         check_field_types(self)  # optimizer and precision among their Literal's values, named
@@ -460,7 +460,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
     optimizer = task_optimizer(trained, r)
     averaged = weight_average(model, r.ema_decay) if r.ema_decay else None
     kept = model if averaged is None else averaged.module  # what is scored for the best checkpoint and saved
-    raw: dict[str, Any] = {"curve": [], "best": None, "step": 0}  # with averaging: the trained weights' own scores
+    trained_curve: list[list[float]] = []  # with averaging: [step, main metric] of the trained weights themselves
     logger = MetricsLogger(out_dir)
     logger.log(0, "setup", {"task": spec.name, **_sizes(run), "parameters": model.num_parameters(),
                             **dataclasses.asdict(r)})
@@ -496,10 +496,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
         if averaged is not None:
             trained_metrics, _ = scorer.score(model)
             logger.log(done, "eval_trained_weights", trained_metrics)
-            value = trained_metrics.get(scorer.metric, float("nan"))
-            raw["curve"].append([done, value])
-            if not math.isnan(value) and (raw["best"] is None or value > raw["best"]):
-                raw["best"], raw["step"] = value, done
+            trained_curve.append([done, trained_metrics.get(scorer.metric, float("nan"))])
         last, predictions = scorer.score(kept)
         logger.log(done, "eval", last)
         value = last.get(scorer.metric, float("nan"))
@@ -532,7 +529,9 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
     if averaged is not None:
-        results["trained_weights"] = {"dev_curve": raw["curve"], "best": raw["best"], "best_step": raw["step"]}
+        scored = [(value, step) for step, value in trained_curve if not math.isnan(value)]
+        top, top_step = max(scored, key=lambda pair: pair[0]) if scored else (None, 0)  # the first of equal bests
+        results["trained_weights"] = {"dev_curve": trained_curve, "best": top, "best_step": top_step}
     atomic_write_text(out_dir / "results.json", json.dumps(results, indent=2))
     return results
 

@@ -598,21 +598,20 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
     log(f"baseline: {describe_baseline(baseline, note)}")
     step_s, eval_s = probe(run, target.build(run, dev, base_dir, base, tokenizer, device), device, recipe.probe_steps)
     t = stage("probe_s", t)
-    averaging = ft.ema_decay if ft.ema_decay is not None else (None if recipe.ema_intervals else 0.0)
+    averages = bool(ft.ema_decay) if ft.ema_decay is not None else recipe.ema_intervals > 0  # the flag, else the recipe
     plan = plan_steps(recipe, budget_s=budget_s, spent_s=time.perf_counter() - start, step_s=step_s,
-                      eval_s=eval_s * (1 if averaging == 0.0 else 2) + vocab["save_s"],  # both weights scored
+                      eval_s=eval_s * (2 if averages else 1) + vocab["save_s"],  # averaging scores both weights
                       train_features=len(run.train_f), batch_size=run.recipe.batch_size)
-    if averaging is None:  # the recipe's: one horizon of ema_intervals evaluation intervals
-        averaging = 1.0 - 1.0 / max(1.0, recipe.ema_intervals * plan.eval_every)
+    decay = None if not averages else ft.ema_decay or 1.0 - 1.0 / max(1.0, recipe.ema_intervals * plan.eval_every)
     log(f"plan: {plan.steps:,} steps of {run.recipe.batch_size} at {plan.step_s:.3f} s ("
         + ("as many as the budget holds" if plan.limited_by == "budget"
            else f"{recipe.epochs:g} epochs, inside the budget" if plan.limited_by == "epochs"
            else f"{recipe.max_examples:,} examples seen, the recipe's cap, inside the budget")
         + f"), {plan.evaluations} dev evaluations at {plan.eval_s:.2f} s"
-        + (f" of the trained and the averaged weights (decay {averaging:.5g})" if averaging else "")
+        + (f" of the trained and the averaged weights (decay {decay:.5g})" if decay else "")
         + f"; {plan.spent_s:.0f} s of {budget_s:.0f} s used so far")
     final = dataclasses.replace(ft, steps=plan.steps, warmup_steps=plan.warmup_steps, eval_every=plan.eval_every,
-                                ema_decay=averaging or None)
+                                ema_decay=decay)
     run = dataclasses.replace(run, recipe=final.resolve(spec, len(run.train_f)))
     built = target.build(run, dev, base_dir, base, tokenizer, device)
     record = {"recipe": dataclasses.asdict(recipe), "budget_minutes": budget_minutes, "vocabulary": vocab,
