@@ -22,12 +22,13 @@ from safetensors.torch import load_file
 from albertlm.cli import main
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
+from albertlm.inference.load import load_tokenizer
 from albertlm.tasks.registry import get_task
 from albertlm.train import scratch
 from albertlm.train.metrics import read_metrics
 from albertlm.train.scratch import DEFAULT_RECIPE, ScratchRecipe, plan_steps
 
-from test_finetune import PEOPLE, write_conll, write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
+from test_finetune import CITIES, PEOPLE, VERBS, write_conll, write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
 
 HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
 SMALL = dataclasses.replace(DEFAULT_RECIPE, name="test-small", preset="test", probe_steps=3)
@@ -284,6 +285,23 @@ def test_too_little_text_for_word_vectors_keeps_the_random_table(tmp_path, one_t
     assert (tmp_path / "base" / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize("cased", [False, True])
+def test_a_cased_vocabulary_keeps_the_case(tmp_path, one_thread, cased):
+    """cased_families picks the vocabulary's case: the tokenizer's record and its pieces follow it."""
+    from albertlm.tasks.ner import TokenExample
+
+    r = random.Random(0)
+    examples = [TokenExample(str(i), [r.choice(PEOPLE).title(), r.choice(VERBS), "to", r.choice(CITIES).title(), "."],
+                           ["I-PER", "O", "O", "I-LOC", "O"]) for i in range(300)]
+    _, record = scratch.make_base(examples, tmp_path / "base", SMALL, 0, False, lambda line: None, cased=cased)
+    assert record["cased"] is cased
+    config = json.loads((tmp_path / "base" / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is (not cased)
+    tokenizer = load_tokenizer(tmp_path / "base")
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer.encode("John went to Paris"))
+    assert any(p.lstrip("\u2581")[:1].isupper() for p in pieces) is cased, pieces
+
+
 def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     """albert-tiny itself, on a training set small enough for its epoch cap to take a few steps."""
     r = random.Random(7)
@@ -376,6 +394,10 @@ def test_the_recipe_is_checked():
         ScratchRecipe(name="x", finetune=dataclasses.replace(DEFAULT_RECIPE.finetune, steps=5))
     with pytest.raises(AlbertlmError, match="eval_share"):
         ScratchRecipe(name="x", eval_share=1.5)
+    with pytest.raises(AlbertlmError, match="cased_families must be a tuple of classification, ner"):
+        ScratchRecipe(name="x", cased_families=("tagging",))
+    with pytest.raises(AlbertlmError, match="cased_families"):
+        ScratchRecipe(name="x", cased_families="ner")  # a string, not a tuple of names
     assert DEFAULT_RECIPE.with_finetune(lr=1e-3, seed=2).finetune.lr == 1e-3
 
 

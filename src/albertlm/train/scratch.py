@@ -90,6 +90,9 @@ class ScratchRecipe:
     """Pieces asked of the task vocabulary (fewer when the training text supports fewer)."""
     chinese_vocab_size: int = 6000
     """The same for Chinese text; raised to the text's distinct characters plus 1,000 (one piece each)."""
+    cased_families: tuple[str, ...] = ()
+    """Task families (SUPPORTED) whose vocabulary keeps the text's case; the others' is lower-cased, as
+    ALBERT's own vocabularies are. Case is a name's strongest cue in English tagging."""
     finetune: FinetuneRecipe = FinetuneRecipe(lr=3e-4, batch_size=32, dropout=0.0, classifier_dropout=0.1)
     """Fine-tuning settings; the budget sets the steps, warmup and evaluations, the data max_seq_length
     (unless set here)."""
@@ -145,6 +148,9 @@ class ScratchRecipe:
                 or (self.max_examples is not None and self.max_examples <= 0)):
             raise AlbertlmError(f"{', '.join(positive)} and max_examples must be positive and seq_length_max at least "
                                 "seq_length_min")
+        unknown = [f for f in self.cased_families if f not in SUPPORTED]
+        if not isinstance(self.cased_families, tuple) or unknown:
+            raise AlbertlmError(f"cased_families must be a tuple of {', '.join(SUPPORTED)}, got {self.cased_families!r}")
         if self.ema_intervals < 0:
             raise AlbertlmError(f"ema_intervals must be 0 (no averaging) or more, got {self.ema_intervals}")
         if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
@@ -379,7 +385,8 @@ def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, posi
 
 
 def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: int, chinese: bool,
-              log: Callable[[str], None], extra_texts: Sequence[str] = ()) -> tuple[AlbertConfig, dict[str, Any]]:
+              log: Callable[[str], None], extra_texts: Sequence[str] = (), *, cased: bool = False
+              ) -> tuple[AlbertConfig, dict[str, Any]]:
     """Train the vocabulary on the training text and save a random-init model of the preset beside it.
 
     With `recipe.word_vectors` the random word table's rows are replaced by vectors of the same
@@ -398,7 +405,8 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
     if chinese:  # one piece per character: room for every character of the text, and more
         wanted = max(recipe.chinese_vocab_size, len({ch for t in texts for ch in t if not ch.isspace()}) + 1000)
     start = time.perf_counter()
-    trained = train_tokenizer(texts, base_dir, vocab_size=wanted, chinese=chinese, seed=seed, log=log)
+    trained = train_tokenizer(texts, base_dir, vocab_size=wanted, do_lower_case=not cased, chinese=chinese, seed=seed,
+                              log=log)
     vocab_s = time.perf_counter() - start
     torch.manual_seed(seed)  # torch's global generator, forked by finetune_from_scratch
     config = get_preset(recipe.preset, vocab_size=trained.vocab_size)
@@ -423,6 +431,7 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
     start = time.perf_counter()
     model.save_pretrained(base_dir)
     record = {"vocab_size": trained.vocab_size, "requested_vocab_size": wanted, "language": "zh" if chinese else "en",
+              "cased": cased,
               "texts": len(texts), "parameters": sum(p.numel() for p in model.parameters()),
               "vocabulary_s": round(vocab_s, 3), "save_s": time.perf_counter() - start, "word_vectors": vectors}
     return config, record
@@ -581,10 +590,12 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
         cut = f" (the first {recipe.unlabelled_max_texts:,}: the recipe's limit)" if extra_record["truncated"] else ""
         log(f"unlabelled text: {len(extra):,} sentences{cut} from {', '.join(unlabelled)}")
         t = stage("unlabelled_s", t)
-    base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log, extra)
+    base, vocab = make_base(train_ex, base_dir, recipe, ft.seed, chinese, log, extra,
+                            cased=spec.family.name in recipe.cased_families)
     word_vectors = vocab.pop("word_vectors")
     t = stage("base_s", t)
-    log(f"vocabulary: {vocab['vocab_size']:,} pieces ({'Chinese' if chinese else 'English'}) from {vocab['texts']:,} "
+    log(f"vocabulary: {vocab['vocab_size']:,} pieces ({'Chinese' if chinese else 'English'}"
+        f"{', cased' if vocab['cased'] else ''}) from {vocab['texts']:,} "
         f"training texts; {recipe.preset}, random init{' (word table from the text)' if word_vectors else ''}, "
         f"{vocab['parameters'] / 1e6:.1f}M parameters: {base_dir}")
     tokenizer = load_tokenizer(base_dir)
