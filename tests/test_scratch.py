@@ -302,6 +302,26 @@ def test_a_cased_vocabulary_keeps_the_case(tmp_path, one_thread, cased):
     assert any(p.lstrip("\u2581")[:1].isupper() for p in pieces) is cased, pieces
 
 
+@pytest.mark.parametrize("flag, families", [(None, DEFAULT_RECIPE.cased_families), ("cased", scratch.SUPPORTED),
+                                           ("uncased", ())])
+def test_vocab_case_sets_the_cased_families(tmp_path, monkeypatch, flag, families):
+    seen = {}
+
+    def run(spec, data, out, budget, recipe, **kwargs):
+        seen["recipe"] = recipe
+        raise AlbertlmError("stopped here")
+    monkeypatch.setattr(scratch, "finetune_from_scratch", run)
+    write_sst(tmp_path, random.Random(4))
+    flags = ["--vocab-case", flag] if flag else []
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out"), *flags]) == 2
+    assert seen["recipe"].cased_families == families
+
+
+def test_vocab_case_with_a_model_is_refused(tmp_path, capsys):
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--model", "m", "--vocab-case", "cased"]) == 2
+    assert "--vocab-case sets the vocabulary of a run without --model" in one_line(capsys.readouterr().err)
+
+
 def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     """albert-tiny itself, on a training set small enough for its epoch cap to take a few steps."""
     r = random.Random(7)

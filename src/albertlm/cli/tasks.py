@@ -38,6 +38,9 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
                    "--corpus` reads: a .txt of one sentence a line, .jsonl, Parquet, a folder, a glob; repeat for "
                    "more); its sentences join the training text's for the word vectors that start the model's word "
                    "table (the vocabulary stays the training text's). Default: none")
+    p.add_argument("--vocab-case", choices=("cased", "uncased"), default=None, help="without --model: keep the "
+                   "training text's case in the task vocabulary, or lower-case it (default: cased for tagging tasks, "
+                   "where case marks names; uncased for sentence tasks, as ALBERT's vocabularies are)")
     training_run_args(p, "runs/finetune-<task>")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
                           "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
@@ -85,6 +88,9 @@ def finetune_run(args: argparse.Namespace) -> int:
     embedding = EmbeddingSettings(**objective)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
+    if args.vocab_case:
+        raise AlbertlmError("--vocab-case sets the vocabulary of a run without --model; with --model the model's "
+                            "tokenizer keeps or lower-cases the case as it was trained")
     if args.unlabelled:
         raise AlbertlmError("--unlabelled feeds the word vectors of a run without --model; with --model, pretrain "
                             "on that text first (albertlm pretrain --corpus SPEC) and fine-tune the result")
@@ -114,11 +120,13 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     """finetune without --model (train/scratch.py; with an embedding objective, train/scratch_embedding.py):
     the recipe flags given are laid over the default recipe; without --objective, the task's data picks it
     (scratch_embedding.default_objective: graded pairs train a CoSENT bi-encoder, the rest the task head)."""
+    import dataclasses
+
     from albertlm.train import scratch_embedding
     from albertlm.train.embedding import EmbeddingSettings, format_embedding
     from albertlm.train.finetune import format_results
-    from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, baseline_wins, finetune_from_scratch,
-                                        format_scratch)
+    from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE, SUPPORTED, baseline_wins,
+                                        finetune_from_scratch, format_scratch)
 
     spec = task_from_args(args)
     notes = []  # shown before the run's first stage line, so that a refusal stays one line
@@ -138,6 +146,8 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     embedder = embedding.objective != "task"
     default = scratch_embedding.default_recipe(embedding.objective) if embedder else DEFAULT_RECIPE
     recipe = default.with_finetune(**given)
+    if args.vocab_case:
+        recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
     _one_line_warnings()
     out = args.out or f"runs/finetune-{spec.name}"
     budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget
