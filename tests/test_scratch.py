@@ -317,6 +317,24 @@ def test_vocab_case_sets_the_cased_families(tmp_path, monkeypatch, flag, familie
     assert seen["recipe"].cased_families == families
 
 
+def test_vocab_size_sets_the_recipe(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    def run(spec, data, out, budget, recipe, **kwargs):
+        seen["recipe"] = recipe
+        raise AlbertlmError("stopped here")
+    monkeypatch.setattr(scratch, "finetune_from_scratch", run)
+    write_sst(tmp_path, random.Random(4))
+    base = ["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out")]
+    assert main([*base, "--vocab-size", "16000"]) == 2
+    assert (seen["recipe"].vocab_size, seen["recipe"].chinese_vocab_size) == (16000, 16000)
+    capsys.readouterr()
+    assert main([*base, "--vocab-size", "5"]) == 2
+    assert "--vocab-size must be at least 100, got 5" in one_line(capsys.readouterr().err)
+    assert main([*base, "--vocab-size", "8000", "--model", "m"]) == 2
+    assert "--vocab-size sets the vocabulary of a run without --model" in one_line(capsys.readouterr().err)
+
+
 def test_vocab_case_with_a_model_is_refused(tmp_path, capsys):
     assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--model", "m", "--vocab-case", "cased"]) == 2
     assert "--vocab-case sets the vocabulary of a run without --model" in one_line(capsys.readouterr().err)

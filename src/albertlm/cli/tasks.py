@@ -41,6 +41,9 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-case", choices=("cased", "uncased"), default=None, help="without --model: keep the "
                    "training text's case in the task vocabulary, or lower-case it (default: cased for tagging tasks, "
                    "where case marks names; uncased for sentence tasks, as ALBERT's vocabularies are)")
+    p.add_argument("--vocab-size", type=int, metavar="N", default=None, help="without --model: pieces asked of the "
+                   "task vocabulary (fewer when the text supports fewer; for Chinese at least its distinct characters "
+                   "plus 1,000). Default: the recipe's, train/scratch.py")
     training_run_args(p, "runs/finetune-<task>")
     add_dataclass_options(p, FinetuneRecipe, "recipe (unset: the task's default, paper Table 14 where it has one; "
                           "without --model, the from-scratch recipe's, train/scratch.py)", only_given=True)
@@ -88,6 +91,9 @@ def finetune_run(args: argparse.Namespace) -> int:
     embedding = EmbeddingSettings(**objective)
     if args.budget is not None:
         raise AlbertlmError("--budget sizes a run without --model; with --model set --steps or --epochs")
+    if args.vocab_size is not None:
+        raise AlbertlmError("--vocab-size sets the vocabulary of a run without --model; with --model the model's "
+                            "vocabulary is used")
     if args.vocab_case:
         raise AlbertlmError("--vocab-case sets the vocabulary of a run without --model; with --model the model's "
                             "tokenizer keeps or lower-cases the case as it was trained")
@@ -146,6 +152,10 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     embedder = embedding.objective != "task"
     default = scratch_embedding.default_recipe(embedding.objective) if embedder else DEFAULT_RECIPE
     recipe = default.with_finetune(**given)
+    if args.vocab_size is not None:
+        if args.vocab_size < 100:
+            raise AlbertlmError(f"--vocab-size must be at least 100, got {args.vocab_size}")
+        recipe = dataclasses.replace(recipe, vocab_size=args.vocab_size, chinese_vocab_size=args.vocab_size)
     if args.vocab_case:
         recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
     _one_line_warnings()
