@@ -139,6 +139,9 @@ def test_the_vocabulary_follows_the_language(runs):
     for task in ("sst-2", "rte", "sts-b", "conll2003"):
         vocab = runs[task][2]["from_scratch"]["vocabulary"]
         assert vocab["language"] == "en" and vocab["requested_vocab_size"] == 8000
+        assert vocab["cased"] is (task == "conll2003")  # taggers keep the case (DEFAULT_RECIPE.cased_families)
+        config = json.loads((runs[task][1] / "base" / "tokenizer_config.json").read_text())
+        assert config["do_lower_case"] is (task != "conll2003")
         assert vocab["vocab_size"] < 8000  # the tiny text supports fewer pieces
         assert json.loads((runs[task][1] / "base" / "config.json").read_text())["vocab_size"] == vocab["vocab_size"]
 
@@ -436,6 +439,8 @@ def test_the_recipe_is_checked():
         ScratchRecipe(name="x", cased_families=("tagging",))
     with pytest.raises(AlbertlmError, match="cased_families"):
         ScratchRecipe(name="x", cased_families="ner")  # a string, not a tuple of names
+    with pytest.raises(AlbertlmError, match="ema_families must be a tuple of classification, ner"):
+        ScratchRecipe(name="x", ema_families=("regression",))
     assert DEFAULT_RECIPE.with_finetune(lr=1e-3, seed=2).finetune.lr == 1e-3
 
 
@@ -591,7 +596,8 @@ def test_unlabelled_text_needs_a_recipe_with_word_vectors(tmp_path):
 def test_averaged_weights_take_one_evaluation_interval_and_the_flag_overrides(tmp_path, one_thread, capsys,
                                                                               monkeypatch):
     """ema_intervals sets the decay from the plan; --ema-decay 0 turns it off; the printed verdict names both."""
-    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, ema_intervals=1.0))
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, ema_intervals=1.0,
+                                                                      ema_families=scratch.SUPPORTED))
     write_sst(tmp_path, random.Random(5))
     runs = {}
     for name, flags in (("averaged", []), ("off", ["--ema-decay", "0"]), ("given", ["--ema-decay", "0.5"])):
@@ -614,6 +620,25 @@ def test_averaged_weights_take_one_evaluation_interval_and_the_flag_overrides(tm
     assert raw["dev_curve"] == off["dev_curve"]
     given, _ = runs["given"]
     assert given["recipe"]["ema_decay"] == 0.5 and "trained_weights" in given
+
+
+def test_the_recipe_averages_only_the_families_it_names(tmp_path, one_thread, monkeypatch):
+    """ema_families limits the recipe's averaging; --ema-decay still turns it on for any family."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, ema_intervals=1.0, ema_families=("ner",)))
+    results = {}
+    for task, flags in (("sst-2", []), ("conll2003", []), ("sst-2", ["--ema-decay", "0.9"])):
+        data = tmp_path / task
+        data.mkdir(exist_ok=True)
+        FAMILIES[task][0](data, random.Random(3))
+        out = tmp_path / f"out-{task}-{len(flags)}"
+        assert main(["finetune", "--task", task, "--data", str(data), "--out", str(out), "--budget", "0.5",
+                     "--no-progress", "--device", "cpu", *flags]) == 0
+        results[task, bool(flags)] = json.loads((out / "results.json").read_text())
+    assert results["sst-2", False]["recipe"]["ema_decay"] is None and "trained_weights" not in results["sst-2", False]
+    ner = results["conll2003", False]
+    assert ner["recipe"]["ema_decay"] == pytest.approx(1 - 1 / ner["from_scratch"]["plan"]["eval_every"])
+    assert "trained_weights" in ner
+    assert results["sst-2", True]["recipe"]["ema_decay"] == 0.9
 
 
 def test_a_negative_ema_horizon_is_refused():
