@@ -305,28 +305,28 @@ def test_a_cased_vocabulary_keeps_the_case(tmp_path, one_thread, cased):
     assert any(p.lstrip("\u2581")[:1].isupper() for p in pieces) is cased, pieces
 
 
-@pytest.mark.parametrize("flag, families", [(None, DEFAULT_RECIPE.cased_families), ("cased", scratch.SUPPORTED),
-                                           ("uncased", ())])
-def test_vocab_case_sets_the_cased_families(tmp_path, monkeypatch, flag, families):
+@pytest.fixture
+def seen(monkeypatch) -> dict:
+    """The recipe the command line hands to finetune_from_scratch, which then stops (exit 2) before any work."""
     seen = {}
 
     def run(spec, data, out, budget, recipe, **kwargs):
         seen["recipe"] = recipe
         raise AlbertlmError("stopped here")
     monkeypatch.setattr(scratch, "finetune_from_scratch", run)
+    return seen
+
+
+@pytest.mark.parametrize("flag, families", [(None, DEFAULT_RECIPE.cased_families), ("cased", scratch.SUPPORTED),
+                                           ("uncased", ())])
+def test_vocab_case_sets_the_cased_families(tmp_path, seen, flag, families):
     write_sst(tmp_path, random.Random(4))
     flags = ["--vocab-case", flag] if flag else []
     assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out"), *flags]) == 2
     assert seen["recipe"].cased_families == families
 
 
-def test_vocab_size_sets_the_recipe(tmp_path, monkeypatch, capsys):
-    seen = {}
-
-    def run(spec, data, out, budget, recipe, **kwargs):
-        seen["recipe"] = recipe
-        raise AlbertlmError("stopped here")
-    monkeypatch.setattr(scratch, "finetune_from_scratch", run)
+def test_vocab_size_sets_the_recipe(tmp_path, seen, capsys):
     write_sst(tmp_path, random.Random(4))
     base = ["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out")]
     assert main([*base, "--vocab-size", "16000"]) == 2
