@@ -151,7 +151,8 @@ def test_each_objective_lowers_its_loss(runs, objective):
 def test_the_output_is_a_model_directory_with_its_pooling(runs, model_dir):
     out = Path(runs["cosent"]["out_dir"])
     record = json.loads((out / "config.json").read_text())["albertlm_embedding"]
-    assert record == {"pooling": "max", "objective": "cosent", "task": "sts-b"}
+    assert set(record) == {"pooling", "objective", "task", "score_map"}  # graded pairs: a score map
+    assert (record["pooling"], record["objective"], record["task"]) == ("max", "cosent", "sts-b")
     assert load_embedder(out).pooling == "max" and load_embedder(model_dir).pooling == "mean"
     st = read_sentence_transformers(out / "sentence-transformers")
     assert st.pooling == "max" and not st.normalize and st.max_seq_length == 24
@@ -159,6 +160,54 @@ def test_the_output_is_a_model_directory_with_its_pooling(runs, model_dir):
     # the saved weights are the best dev checkpoint's: scoring them again gives the best dev score
     again = evaluate_embeddings(out, "sts-b", runs["data"], settings=EmbedSettings(max_seq_length=24, progress=False))
     assert again["metrics"]["spearman"] == pytest.approx(runs["cosent"]["best"]["spearman"], abs=1e-6)
+
+
+def test_graded_pairs_give_a_score_map_fitted_on_the_training_pairs(runs, capsys):
+    from albertlm.tasks.pairs import graded_scores, pairs_of, row_cosines, unit_rows
+    from albertlm.tasks.registry import get_task
+    from albertlm.tasks.score_map import ScoreMap, fit_score_map
+
+    results, data = runs["cosent"], runs["data"]
+    out = Path(results["out_dir"])
+    saved = ScoreMap.from_record(json.loads((out / "config.json").read_text())["albertlm_embedding"]["score_map"], "")
+    spec = get_task("sts-b")
+    embedder = load_embedder(out, EmbedSettings(max_seq_length=24, progress=False))
+
+    def cosines(split):
+        pairs = pairs_of(spec, spec.read(data, split), split)
+        return pairs, row_cosines(unit_rows(embedder.encode(pairs.text_a)), unit_rows(embedder.encode(pairs.text_b)))
+
+    train, train_cos = cosines("train")
+    by_hand = fit_score_map(train_cos, train.scores)
+    assert saved.pairs == 32 and saved.cosine == pytest.approx(by_hand.cosine, abs=1e-5)
+    assert saved.score == pytest.approx(by_hand.score, abs=1e-5)
+    dev, dev_cos = cosines("dev")
+    mapped = graded_scores(saved(dev_cos), dev.scores)
+    assert results["score_map"]["knots"] == len(saved.cosine) and results["score_map"]["pairs"] == 32
+    assert results["score_map"]["dev"] == pytest.approx(mapped, abs=1e-5)
+    # evaluate scores the mapped cosines beside the raw ones; the raw ones are unchanged by the map
+    again = evaluate_embeddings(out, "sts-b", data, settings=EmbedSettings(max_seq_length=24, progress=False))
+    assert again["score_map"] == pytest.approx(mapped, abs=1e-5)
+    assert again["metrics"]["pearson"] == pytest.approx(results["best"]["pearson"], abs=1e-6)
+    # the terminal line of the run names the map and its dev scores
+    from albertlm.train.embedding import format_embedding
+
+    assert f"dev pearson {100 * results['score_map']['dev']['pearson']:.2f}" in format_embedding(results)
+
+
+def test_a_malformed_score_map_is_refused_in_one_line(runs, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(runs["cosent"]["out_dir"], out)
+    config = json.loads((out / "config.json").read_text())
+    config["albertlm_embedding"]["score_map"]["score"].reverse()
+    (out / "config.json").write_text(json.dumps(config))
+    lines = tmp_path / "pairs.txt"
+    lines.write_text("cat dog\tdog cat\n")
+    assert main(["predict", "--model", str(out), str(lines)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "config.json: albertlm_embedding: score_map.score must be strictly increasing" in err and "\n" not in err
 
 
 def test_a_rerun_replaces_the_earlier_copy(model_dir, tmp_path):
@@ -238,7 +287,12 @@ def test_predict_prints_the_cosine_of_each_pair_line(runs, tmp_path, capsys):
     b = embedder.encode([p[1] for p in pairs])
     by_hand = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert printed[1] == "" and printed[3] == ""
-    assert [float(printed[0]), float(printed[2])] == pytest.approx(by_hand.tolist(), abs=1e-4)
+    columns = [printed[0].split("\t"), printed[2].split("\t")]
+    assert [float(c[0]) for c in columns] == pytest.approx(by_hand.tolist(), abs=1e-4)
+    # trained on graded pairs: the second column is the cosine's score on the task's scale
+    from albertlm.inference.embed_eval import saved_score_map
+
+    assert [float(c[1]) for c in columns] == pytest.approx(saved_score_map(out)(by_hand).tolist(), abs=1e-3)
 
 
 def test_an_embedder_refuses_what_only_a_task_head_does(runs, tmp_path, capsys):

@@ -127,12 +127,16 @@ def test_the_terminal_shows_the_table_the_baseline_the_budget_and_the_copy(run):
     assert f"budget {float(BUDGET):g} min: used " in stdout and f"random-init base: {out / 'base'}" in stdout
     assert f"sentence-transformers copy: {out / 'sentence-transformers'}" in stdout
     assert "a bi-encoder from the same start may do better" not in stdout  # it is one
+    assert (f"score map (cosine -> the task's scores, isotonic on 48 training pairs, {results['score_map']['knots']} "
+            f"knots, in config.json): dev pearson {100 * results['score_map']['dev']['pearson']:.2f}") in stdout
 
 
 def test_the_output_loads_as_an_embedder_with_its_copy(run, tmp_path, capsys):
     data, out, results, _, _ = run
-    assert json.loads((out / "config.json").read_text())["albertlm_embedding"] == {
+    record = json.loads((out / "config.json").read_text())["albertlm_embedding"]
+    assert {k: record[k] for k in ("pooling", "objective", "task")} == {
         "pooling": "mean", "objective": "cosent", "task": "sts-b"}
+    assert len(record["score_map"]["cosine"]) == results["score_map"]["knots"] >= 2  # graded pairs: a score map
     assert load_embedder(out).pooling == "mean"
     st = read_sentence_transformers(out / "sentence-transformers")
     assert st.pooling == "mean" and st.max_seq_length == 64

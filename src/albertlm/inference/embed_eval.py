@@ -7,7 +7,9 @@ each alike pair's second text among all the split's second texts (recall@1, reca
 tf-idf cosine baseline of the same metrics is `albertlm.tasks.baselines.embedding_baseline`.
 Fine-tuning with an embedding objective (train/embedding.py) scores its dev split with `embedding_metrics`.
 Such a directory records its task in config.json (`embedding_record`), so `albertlm evaluate` scores it
-here, and `albertlm predict` prints the cosine of each text pair (`pair_cosine_lines`).
+here, and `albertlm predict` prints the cosine of each text pair (`pair_cosine_lines`). An embedder trained
+on graded pairs also keeps a cosine -> score map fitted on its training pairs (tasks/score_map.py): on
+graded pairs evaluate scores the mapped cosines too ("score_map"), and predict prints the mapped score.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 from albertlm.errors import AlbertlmError
 from albertlm.inference.embed import EmbedSettings, Embedder, load_embedder
 from albertlm.pooling import EMBEDDING_KEY
-from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, pair_metrics, pairs_of, row_cosines, unit_rows
+from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, graded_scores, pair_metrics, pairs_of, row_cosines, unit_rows
+from albertlm.tasks.score_map import SCORE_MAP_KEY, ScoreMap
 from albertlm.utils import atomic_write_text
 
 
@@ -61,11 +64,16 @@ def evaluate_embeddings(model_dir: str | Path, task, data_dir: str | Path, split
     examples = spec.read(data_dir, split)
     examples = examples[:max_examples] if max_examples else examples
     pairs = pairs_of(spec, examples, f"{data_dir} ({split})")  # refused before the model loads
+    score_map = saved_score_map(model_dir) if pairs.kind == "graded" else None
     embedder = load_embedder(model_dir, settings)
-    scores = embedding_metrics(embedder, pairs, settings.batch_size, settings.progress)
-    return {"task": spec.name, "split": split, "pairs": len(pairs), "kind": pairs.kind,
-            "main_metric": pairs.main_metric, "metrics": scores, "model_dir": str(model_dir),
-            "pooling": embedder.pooling, "max_seq_length": embedder.max_seq_length}
+    a = unit_rows(embedder.encode(pairs.text_a, settings.batch_size, settings.progress))
+    b = unit_rows(embedder.encode(pairs.text_b, settings.batch_size, settings.progress))
+    result = {"task": spec.name, "split": split, "pairs": len(pairs), "kind": pairs.kind,
+              "main_metric": pairs.main_metric, "metrics": pair_metrics(pairs, a, b), "model_dir": str(model_dir),
+              "pooling": embedder.pooling, "max_seq_length": embedder.max_seq_length}
+    if score_map is not None:
+        result["score_map"] = graded_scores(score_map(row_cosines(a, b)), pairs.scores)
+    return result
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -80,6 +88,8 @@ def format_table(result: dict[str, Any]) -> str:
         else:
             shown = f"{value:>10.4f}" if name in NOT_FRACTIONS else f"{100 * value:>10.2f}"
         lines.append(f"  {name + mark:<16}{shown}")
+    for name, value in result.get("score_map", {}).items():
+        lines.append(f"  {name + ' (mapped)':<16}{100 * value:>10.2f}")
     return "\n".join(lines)
 
 
@@ -102,6 +112,18 @@ def embedding_record(model_dir: str | Path) -> dict[str, Any] | None:
 
 PAIR_LINE_HINT = "for one text's vector: albertlm embed DIR --input FILE"
 """What a one-text line is told to use instead, on the command line."""
+
+
+def saved_score_map(model_dir: str | Path) -> ScoreMap | None:
+    """The cosine -> score map an embedder trained on graded pairs keeps (tasks/score_map.py), or None.
+
+    Raises:
+        AlbertlmError: one line naming config.json: a malformed map.
+    """
+    record = embedding_record(model_dir)
+    if record is None or SCORE_MAP_KEY not in record:
+        return None
+    return ScoreMap.from_record(record[SCORE_MAP_KEY], f"{Path(model_dir) / 'config.json'}: {EMBEDDING_KEY}")
 
 
 def split_pair(line: str, where: str, model_dir: str | Path, hint: str = PAIR_LINE_HINT) -> tuple[str, str]:
@@ -129,7 +151,9 @@ def pair_cosines(embedder: Embedder, pairs: list[tuple[str, str]], batch_size: i
 def pair_cosine_lines(model_dir: str | Path, lines: list[str], settings: EmbedSettings = EmbedSettings(),
                       source: str = "input") -> list[str]:
     """What `albertlm predict` prints for a sentence embedder: the cosine of the two texts' vectors of each
-    `text_a<TAB>text_b` line, as %.4f (`pair_cosines`); a blank line gives a blank line (outputs stay aligned).
+    `text_a<TAB>text_b` line, as %.4f (`pair_cosines`), and where the embedder keeps a score map (trained on
+    graded pairs) a tab and the score it maps the cosine to; a blank line gives a blank line (outputs stay
+    aligned).
 
     Raises:
         AlbertlmError: one line, before the model loads: a line that is not two tab-separated texts.
@@ -139,7 +163,9 @@ def pair_cosine_lines(model_dir: str | Path, lines: list[str], settings: EmbedSe
     pairs = [split_pair(all_lines[i], f"{source} line {i + 1}", model_dir) for i in keep]
     out = [""] * len(all_lines)
     if keep:
+        score_map = saved_score_map(model_dir)
         cosines = pair_cosines(load_embedder(model_dir, settings), pairs, settings.batch_size)
-        for i, cosine in zip(keep, cosines):
-            out[i] = f"{cosine:.4f}"
+        scores = score_map(cosines) if score_map is not None else None
+        for k, (i, cosine) in enumerate(zip(keep, cosines)):
+            out[i] = f"{cosine:.4f}" if scores is None else f"{cosine:.4f}\t{scores[k]:.4f}"
     return out

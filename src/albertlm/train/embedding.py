@@ -281,6 +281,7 @@ def _finetune_embedder(task, model_dir, data_dir, out_dir, recipe: FinetuneRecip
                              progress=progress, name=settings.objective, scorer=scorer,
                              record={"model_dir": str(model_dir), "embedding": dataclasses.asdict(settings)})
         results.update(sentence_transformers_copy(out.path, settings.pooling, run.settings.max_seq_length))
+        results.update(score_map_stage(out.path, run, settings.pooling, device))
         atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -358,8 +359,59 @@ def sentence_transformers_copy(out_dir: Path, pooling: str, max_seq_length: int)
     return {"sentence_transformers": written["out_dir"]}
 
 
+def score_map_stage(out_dir: Path, run: TaskRun, pooling: str, device: torch.device) -> dict[str, Any]:
+    """For graded training pairs: fit the best checkpoint's score map (tasks/score_map.py) on its cosines of
+    the training pairs, keep it in OUT/config.json, and score the dev pairs with it.
+
+    Returns:
+        {"score_map": {"pairs", "knots", "seconds", "dev": {"spearman", "pearson"}}}, or {"score_map": None,
+        "score_map_note": why} where the scores do not rise with the cosine; {} for pairs that are not graded.
+    """
+    import time
+
+    from albertlm.inference.embed import EmbedSettings, load_embedder
+    from albertlm.tasks.pairs import graded_scores, row_cosines, unit_rows
+    from albertlm.tasks.score_map import SCORE_MAP_KEY, fit_score_map
+
+    try:
+        train = pairs_of(run.spec, run.train_ex, "train")
+        dev = pairs_of(run.spec, run.dev_ex, "dev")
+    except AlbertlmError:  # simcse on texts without pairs: nothing to fit
+        return {}
+    if train.kind != "graded" or dev.kind != "graded":
+        return {}
+    start = time.perf_counter()
+    embedder = load_embedder(out_dir, EmbedSettings(pooling=pooling, max_seq_length=run.settings.max_seq_length,
+                                                    batch_size=run.recipe.eval_batch_size, device=device.type,
+                                                    progress=False))
+
+    def cosines(pairs: Pairs) -> np.ndarray:
+        return row_cosines(unit_rows(embedder.encode(pairs.text_a, run.recipe.eval_batch_size)),
+                           unit_rows(embedder.encode(pairs.text_b, run.recipe.eval_batch_size)))
+
+    fitted = fit_score_map(cosines(train), train.scores)
+    if fitted is None:
+        return {"score_map": None, "score_map_note": "the training scores do not rise with the cosine"}
+    config_path = out_dir / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config[EMBEDDING_KEY][SCORE_MAP_KEY] = fitted.record()
+    atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    dev_scores = graded_scores(fitted(cosines(dev)), dev.scores)
+    return {"score_map": {"pairs": fitted.pairs, "knots": len(fitted.cosine),
+                          "seconds": round(time.perf_counter() - start, 3), "dev": dev_scores}}
+
+
 def format_embedding(results: dict[str, Any]) -> str:
     """The line printed after the table of an embedding run: the pooling, where the sentence-transformers copy is."""
     copy = results["sentence_transformers"] or f"not written ({results['sentence_transformers_note']})"
-    return (f"{results['embedding']['pooling']} pooling, saved in config.json (albertlm embed reads it); "
+    line = (f"{results['embedding']['pooling']} pooling, saved in config.json (albertlm embed reads it); "
             f"sentence-transformers copy: {copy}")
+    fitted = results.get("score_map")
+    if fitted:
+        dev = fitted["dev"]
+        line += (f"\nscore map (cosine -> the task's scores, isotonic on {fitted['pairs']:,} training pairs, "
+                 f"{fitted['knots']} knots, in config.json): dev pearson {100 * dev['pearson']:.2f}, "
+                 f"spearman {100 * dev['spearman']:.2f}")
+    elif "score_map_note" in results:
+        line += f"\nno score map: {results['score_map_note']}"
+    return line

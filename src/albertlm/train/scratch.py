@@ -314,8 +314,8 @@ class ScratchTarget:
         """Entries for recipe.json and results.json beside the recipe's."""
         return {}
 
-    def finish(self, out_dir: Path, run: TaskRun) -> dict[str, Any]:
-        """Write what the run adds to OUT after training; returns its entries for results.json."""
+    def finish(self, out_dir: Path, run: TaskRun, device: torch.device) -> dict[str, Any]:
+        """Write what the run adds to OUT after training (on `device`); returns its entries for results.json."""
         return {}
 
 
@@ -650,7 +650,7 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
                          record={"model_dir": str(base_dir), **target.records()}, trained=built.trained,
                          scorer=built.scorer, deadline=start + budget_s * (1 - recipe.reserve / 2), eval_s=plan.eval_s)
     stage("train_s", t)
-    results.update(target.finish(out.path, run))
+    results.update(target.finish(out.path, run, device))
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
     atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))

@@ -39,7 +39,8 @@ from albertlm.tasks.baselines import embedding_baseline, embedding_headline, skl
 from albertlm.tasks.pairs import Pairs, pairs_of
 from albertlm.tasks.registry import TaskSpec
 from albertlm.train.embedding import (SIMCSE_DROPOUT, ST_SUBDIR, EmbeddingSettings, check_recipe, embedding_objective,
-                                      embedding_scorer, new_embedder, prepare_run, sentence_transformers_copy)
+                                      embedding_scorer, new_embedder, prepare_run, score_map_stage,
+                                      sentence_transformers_copy)
 from albertlm.train.finetune import FinetuneRecipe, TaskRun
 from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, ScratchRecipe, ScratchTarget, Trainable, recipe_flags,
                                     run_from_scratch)
@@ -136,8 +137,9 @@ class EmbedderTarget(ScratchTarget):
     def records(self) -> dict[str, Any]:
         return {"embedding": dataclasses.asdict(self.settings)}
 
-    def finish(self, out_dir: Path, run: TaskRun) -> dict[str, Any]:
-        return sentence_transformers_copy(out_dir, self.settings.pooling, run.settings.max_seq_length)
+    def finish(self, out_dir: Path, run: TaskRun, device: torch.device) -> dict[str, Any]:
+        return {**sentence_transformers_copy(out_dir, self.settings.pooling, run.settings.max_seq_length),
+                **score_map_stage(out_dir, run, self.settings.pooling, device)}
 
 
 def embedder_from_scratch(task: str | TaskSpec, data_dir: str | Path, out_dir: str | Path,
