@@ -517,7 +517,8 @@ def test_a_sentence_embedder_answers_predict_with_the_cosine_albertlm_predict_pr
     url, emb = servers["emb"].url, models["emb"]
     info = httpx.get(url + "/info").json()
     assert info["predict"] is True and info["no_predict"] is None and info["head"] is None and info["task"] == "sts-b"
-    assert info["pair_scores"]["score"] == "cosine" and info["pair_scores"]["objective"] == "cosent"
+    assert info["pair_scores"]["score"] == "score_map" and info["pair_scores"]["objective"] == "cosent"
+    assert "score_map" not in info["pair_scores"]  # its knots stay in config.json
     assert "a sentence embedder (/predict: the cosine of each text pair" in servers["emb"].err.read_text()
     lines = [f"{' '.join(FILL[:3])} {POS[0]} .\t{' '.join(FILL[2:5])} {POS[1]} .",
              f"{' '.join(FILL[:3])} {NEG[0]} .\t{' '.join(FILL[1:4])} {POS[0]} .", f"{NEG[1]}\t{FILL[4]} {FILL[0]}"]
@@ -528,7 +529,9 @@ def test_a_sentence_embedder_answers_predict_with_the_cosine_albertlm_predict_pr
     assert main(["predict", "--model", str(emb), str(file)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert [a["line"] for a in served.json()] == printed and len(printed) == 3
-    assert [a["score"] for a in served.json()] == [round(float(x), 4) for x in printed]
+    # trained on graded pairs: the cosine, and the score its map gives, as `albertlm predict` prints them
+    assert [[a["cosine"], a["score"]] for a in served.json()] == [
+        [round(float(x), 4) for x in line.split("\t")] for line in printed]
     assert len(set(printed)) > 1  # different pairs, different scores: the answers are the pairs' own
     single = httpx.post(url + "/predict", json={"inputs": lines[1]}, timeout=120).json()
     assert single["line"] == printed[1]

@@ -62,15 +62,19 @@ class ServedModel:
 
     def __init__(self, model_dir: str | Path, settings: ServeSettings):
         from albertlm.inference.embed import EmbedSettings
-        from albertlm.inference.embed_eval import embedding_record
+        from albertlm.inference.embed_eval import embedding_record, saved_score_map
         from albertlm.inference.load import load_model_dir
+        from albertlm.tasks.score_map import SCORE_MAP_KEY
 
         if not Path(model_dir).is_dir():
             raise AlbertlmError(f"{model_dir}: not a model directory")
         self.model_dir = str(model_dir)
         int8 = settings.int8_backend if settings.int8 else None
-        self.pair_scores = embedding_record(model_dir)
+        record = embedding_record(model_dir)
+        self.pair_scores = None if record is None else {k: v for k, v in record.items() if k != SCORE_MAP_KEY}
         """A sentence embedder's record (objective, task): /predict gives the cosine of each text pair; or None."""
+        self.score_map = saved_score_map(model_dir) if record is not None else None
+        """An embedder's cosine -> score map (trained on graded pairs): /predict gives the mapped score too."""
         self.no_predict = None if self.pair_scores is not None else predict_refusal(model_dir)
         """Why /predict is not served (a directory without a task head), or None."""
         self.loaded = None
@@ -161,7 +165,11 @@ class ServedModel:
             from albertlm.inference.embed_eval import pair_cosines
 
             cosines = pair_cosines(self.embedder, examples, EmbedSettings.batch_size)
-            return [{"score": round(c, 4), "line": f"{c:.4f}"} for c in cosines]
+            if self.score_map is None:
+                return [{"score": round(c, 4), "line": f"{c:.4f}"} for c in cosines]
+            mapped = [float(v) for v in self.score_map(cosines)]
+            return [{"score": round(m, 4), "cosine": round(c, 4), "line": f"{c:.4f}\t{m:.4f}"}
+                    for c, m in zip(cosines, mapped)]
         predictions = predict_batch(self.loaded, lines, self.forward_batch)
         answers = [{**answer_fields(result), "line": self.family.line(result)} for result in predictions.results]
         if predictions.exit_layers is not None:
@@ -216,7 +224,7 @@ class ServedModel:
                 "early_exit": None if self.patience is None else {"patience": self.patience,
                                                                   "layers": self.config.num_layer_calls},
                 "predict": self.no_predict is None, "no_predict": self.no_predict,
-                "pair_scores": None if self.pair_scores is None else {"score": "cosine", **self.pair_scores},
+                "pair_scores": None if self.pair_scores is None else {"score": "cosine" if self.score_map is None else "score_map", **self.pair_scores},
                 "embedding": {"pooling": e.pooling, "normalize": self.normalize, "dimensions": e.dim,
                               "max_seq_length": e.max_seq_length, "device": str(e.device),
                               "backend": "fp32" if self.backend == "onnx" else self.backend,
