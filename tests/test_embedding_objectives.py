@@ -189,6 +189,9 @@ def test_graded_pairs_give_a_score_map_fitted_on_the_training_pairs(runs, capsys
     again = evaluate_embeddings(out, "sts-b", data, settings=EmbedSettings(max_seq_length=24, progress=False))
     assert again["score_map"] == pytest.approx(mapped, abs=1e-5)
     assert again["metrics"]["pearson"] == pytest.approx(results["best"]["pearson"], abs=1e-6)
+    from albertlm.inference.embed_eval import format_table
+
+    assert f"pearson (mapped){100 * mapped['pearson']:>10.2f}" in format_table(again)
     # the terminal line of the run names the map and its dev scores
     from albertlm.train.embedding import format_embedding
 
