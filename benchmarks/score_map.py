@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except AlbertlmError as exc:
         p.error(str(exc))
     argv = sys.argv[1:] if argv is None else list(argv)
-    shown_argv = ["DATA" if a == args.data else a for a in argv]
+    shown_argv = [f"DATA/{Path(args.data).name}" if a == args.data else a for a in argv]  # where the user keeps it
     results = {"task": spec.name, "train_pairs": len(train), "dev_pairs": len(dev), "rows": rows}
     publish(envelope("benchmarks.score_map", shown_argv, results, started=start), args.report, render)
     return 0
