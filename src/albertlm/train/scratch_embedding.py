@@ -14,11 +14,13 @@ What differs from the task head is `EmbedderTarget`:
   - max_seq_length from the length of each text alone (a bi-encoder encodes one at a time);
   - the baseline: the tf-idf cosine of the same dev pairs (tasks/baselines.embedding_baseline), their
     main metric beside the model's (Spearman for graded pairs, accuracy for binary ones);
-  - the recorded command: `albertlm finetune --model OUT/base --objective X ...` repeats the run.
+  - the recorded command: `albertlm finetune --model OUT/base --objective X ...` repeats the run;
+  - the end: the sentence-transformers copy, and on graded training pairs the cosine -> score map
+    (train/embedding.score_map_stage), as `finetune --model DIR --objective X` ends.
 
-Measured on STS-B (docs/transfer.md, runs 11 and 16): the same kind of start trained as a bi-encoder
-with CoSENT reaches 72.48 Spearman / 68.66 Pearson (3 seeds) where the cross-encoder from scratch stays
-near 20 Pearson. So `finetune` without --model and without --objective trains this embedder when the
+Measured on STS-B (docs/transfer.md, runs 11, 16 and 24): the same kind of start trained as a bi-encoder
+with CoSENT reaches 72.48 Spearman / 68.66 Pearson (3 seeds), 72.29 Pearson through its score map, where
+the cross-encoder from scratch stays near 20 Pearson. So `finetune` without --model and without --objective trains this embedder when the
 task's training pairs are graded (`default_objective`), and the task head for everything else.
 """
 
