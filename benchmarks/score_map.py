@@ -55,7 +55,8 @@ def embedder_row(model_dir: str, train: Pairs, dev: Pairs, max_seq_length: int, 
         return row_cosines(unit_rows(embedder.encode(pairs.text_a, batch_size)),
                            unit_rows(embedder.encode(pairs.text_b, batch_size)))
 
-    return {"model": model_dir, "max_seq_length": int(length), **mapped_scores(train, cosines(train), dev, cosines(dev))}
+    return {"model": model_dir, "max_seq_length": int(length),
+            **mapped_scores(train, cosines(train), dev, cosines(dev))}
 
 
 def tfidf_row(spec, train_examples: list, train: Pairs, dev: Pairs) -> dict:

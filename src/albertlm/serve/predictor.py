@@ -224,7 +224,8 @@ class ServedModel:
                 "early_exit": None if self.patience is None else {"patience": self.patience,
                                                                   "layers": self.config.num_layer_calls},
                 "predict": self.no_predict is None, "no_predict": self.no_predict,
-                "pair_scores": None if self.pair_scores is None else {"score": "cosine" if self.score_map is None else "score_map", **self.pair_scores},
+                "pair_scores": None if self.pair_scores is None else {
+                    "score": "cosine" if self.score_map is None else "score_map", **self.pair_scores},
                 "embedding": {"pooling": e.pooling, "normalize": self.normalize, "dimensions": e.dim,
                               "max_seq_length": e.max_seq_length, "device": str(e.device),
                               "backend": "fp32" if self.backend == "onnx" else self.backend,

@@ -20,8 +20,9 @@ What differs from the task head is `EmbedderTarget`:
 
 Measured on STS-B (docs/transfer.md, runs 11, 16 and 24): the same kind of start trained as a bi-encoder
 with CoSENT reaches 72.48 Spearman / 68.66 Pearson (3 seeds), 72.29 Pearson through its score map, where
-the cross-encoder from scratch stays near 20 Pearson. So `finetune` without --model and without --objective trains this embedder when the
-task's training pairs are graded (`default_objective`), and the task head for everything else.
+the cross-encoder from scratch stays near 20 Pearson. So `finetune` without --model and without --objective
+trains this embedder when the task's training pairs are graded (`default_objective`), and the task head for
+everything else.
 """
 
 from __future__ import annotations
