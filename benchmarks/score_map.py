@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from albertlm.errors import AlbertlmError
-from albertlm.tasks.pairs import Pairs, graded_scores, pairs_of, row_cosines, unit_rows
+from albertlm.inference.embed_eval import pair_cosines
+from albertlm.tasks.pairs import Pairs, graded_scores, pairs_of
 from albertlm.tasks.registry import get_task
 from albertlm.tasks.score_map import fit_score_map
 from benchmarks.harness import envelope, markdown_table, publish
@@ -52,8 +53,7 @@ def embedder_row(model_dir: str, train: Pairs, dev: Pairs, max_seq_length: int, 
                                                       device="cpu", progress=False))
 
     def cosines(pairs: Pairs) -> np.ndarray:
-        return row_cosines(unit_rows(embedder.encode(pairs.text_a, batch_size)),
-                           unit_rows(embedder.encode(pairs.text_b, batch_size)))
+        return np.asarray(pair_cosines(embedder, list(zip(pairs.text_a, pairs.text_b)), batch_size))
 
     return {"model": model_dir, "max_seq_length": int(length),
             **mapped_scores(train, cosines(train), dev, cosines(dev))}
@@ -61,16 +61,15 @@ def embedder_row(model_dir: str, train: Pairs, dev: Pairs, max_seq_length: int, 
 
 def tfidf_row(spec, train_examples: list, train: Pairs, dev: Pairs) -> dict:
     """The tf-idf cosine baseline's row (its vectorizer fitted on the training text, as the command's)."""
-    from albertlm.tasks.baselines import example_texts, is_chinese, ngrams, require_sklearn, tfidf_vectorizer
+    from albertlm.tasks.baselines import _cosines, example_texts, is_chinese, ngrams, require_sklearn, tfidf_vectorizer
 
     require_sklearn()
     chinese = is_chinese(train_examples)
     vectorizer = tfidf_vectorizer(list(example_texts(train_examples)), chinese)
 
     def cosines(pairs: Pairs) -> np.ndarray:
-        a = vectorizer.transform([ngrams(t, chinese) for t in pairs.text_a])
-        b = vectorizer.transform([ngrams(t, chinese) for t in pairs.text_b])
-        return np.asarray(a.multiply(b).sum(axis=1)).ravel()
+        return _cosines(vectorizer, [ngrams(t, chinese) for t in pairs.text_a],
+                        [ngrams(t, chinese) for t in pairs.text_b])
 
     return {"model": "tfidf_cosine", **mapped_scores(train, cosines(train), dev, cosines(dev))}
 

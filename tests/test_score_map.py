@@ -9,6 +9,7 @@ import pytest
 
 from albertlm.errors import AlbertlmError
 from albertlm.tasks.score_map import ScoreMap, fit_score_map, isotonic_blocks
+from test_embedding_objectives import model_dir, write_stsb  # noqa: F401  (tests/ is on the path)
 
 
 def test_violators_are_pooled_by_hand():
@@ -73,31 +74,18 @@ def test_fit_refuses_what_it_cannot_fit():
         fit_score_map([0.1, 0.2], [1.0, 2.0], max_knots=1)
 
 
-def test_the_script_fits_the_map_on_saved_embedders_and_on_the_tfidf_cosine(tmp_path, capsys, one_thread):
+def test_the_script_fits_the_map_on_saved_embedders_and_on_the_tfidf_cosine(model_dir, tmp_path, capsys):
     """`python -m benchmarks.score_map`: the raw row equals `albertlm embed --evaluate`'s, the map keeps
     Spearman, and the baseline row is the tf-idf cosine the command prints."""
     pytest.importorskip("sklearn")
     import json
-    import random
 
-    import torch
-
-    from albertlm import AlbertConfig, AlbertForPreTraining
     from albertlm.inference.embed import EmbedSettings
     from albertlm.inference.embed_eval import evaluate_embeddings
     from albertlm.tasks.baselines import embedding_baseline_scores
-    from albertlm.tokenizer import Tokenizer, train_tokenizer
     from benchmarks import score_map
-    from test_embedding_objectives import FILL, TOPICS, write_stsb
 
-    model = tmp_path / "model"
-    r = random.Random(0)
-    words = [w for t in TOPICS for w in t] + FILL
-    train_tokenizer([" ".join(r.choices(words, k=10)) for _ in range(300)], model, vocab_size=60, log=lambda m: None)
-    config = AlbertConfig(vocab_size=Tokenizer.load(model).vocab_size, embedding_size=16, hidden_size=32,
-                          num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    AlbertForPreTraining(config).save_pretrained(model)
+    model = model_dir  # a random tiny ALBERT: any embedder does
     data = write_stsb(tmp_path / "stsb", n_train=60, n_dev=40)
     report = tmp_path / "map.json"
     assert score_map.main([str(model), "--data", str(data), "--max-seq-length", "24", "--report", str(report)]) == 0

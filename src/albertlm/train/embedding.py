@@ -370,7 +370,8 @@ def score_map_stage(out_dir: Path, run: TaskRun, pooling: str, device: torch.dev
     import time
 
     from albertlm.inference.embed import EmbedSettings, load_embedder
-    from albertlm.tasks.pairs import graded_scores, row_cosines, unit_rows
+    from albertlm.inference.embed_eval import pair_cosines
+    from albertlm.tasks.pairs import graded_scores
     from albertlm.tasks.score_map import SCORE_MAP_KEY, fit_score_map
 
     try:
@@ -386,8 +387,7 @@ def score_map_stage(out_dir: Path, run: TaskRun, pooling: str, device: torch.dev
                                                     progress=False))
 
     def cosines(pairs: Pairs) -> np.ndarray:
-        return row_cosines(unit_rows(embedder.encode(pairs.text_a, run.recipe.eval_batch_size)),
-                           unit_rows(embedder.encode(pairs.text_b, run.recipe.eval_batch_size)))
+        return np.asarray(pair_cosines(embedder, list(zip(pairs.text_a, pairs.text_b)), run.recipe.eval_batch_size))
 
     fitted = fit_score_map(cosines(train), train.scores)
     if fitted is None:
