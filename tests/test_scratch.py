@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from albertlm.cli import main
+from albertlm.config import get_preset
 from albertlm.errors import AlbertlmError
 from albertlm.heads import HEADS
 from albertlm.inference.load import load_tokenizer
@@ -336,6 +337,37 @@ def test_vocab_size_sets_the_recipe(tmp_path, seen, capsys):
     assert "--vocab-size must be at least 100, got 5" in one_line(capsys.readouterr().err)
     assert main([*base, "--vocab-size", "8000", "--model", "m"]) == 2
     assert "--vocab-size sets the vocabulary of a run without --model" in one_line(capsys.readouterr().err)
+
+
+def test_preset_sets_the_architecture(tmp_path, seen, capsys):
+    write_sst(tmp_path, random.Random(4))
+    base = ["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out")]
+    assert main(base) == 2
+    assert seen["recipe"].preset == DEFAULT_RECIPE.preset == "albert-tiny"
+    assert main([*base, "--preset", "albert-small"]) == 2
+    assert seen["recipe"].preset == "albert-small" and seen["recipe"].vocab_size == DEFAULT_RECIPE.vocab_size
+    capsys.readouterr()
+    assert main([*base, "--preset", "albert-huge"]) == 2
+    assert "--preset 'albert-huge' is unknown; choose one of albert-base" in one_line(capsys.readouterr().err)
+    assert main([*base, "--preset", "albert-small", "--model", "m"]) == 2
+    assert "--preset sets the architecture of a run without --model" in one_line(capsys.readouterr().err)
+
+
+def test_a_preset_trains_that_shape_end_to_end(tmp_path, one_thread, capsys):
+    """--preset reaches the base model, the fine-tuned one and results.json."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_sst(data, random.Random(7))
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "sst-2", "--data", str(data), "--out", str(out), "--budget", BUDGET,
+                 "--preset", "test", "--no-progress", "--device", "cpu"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["from_scratch"]["recipe"]["preset"] == "test"
+    shape = {k: get_preset("test").to_dict()[k] for k in ("hidden_size", "num_hidden_layers", "embedding_size")}
+    for directory in (out / "base", out):
+        config = json.loads((directory / "config.json").read_text())
+        assert {k: config[k] for k in shape} == shape, directory
+    assert "test from scratch: dev accuracy " in capsys.readouterr().out
 
 
 def test_vocab_case_with_a_model_is_refused(tmp_path, capsys):

@@ -408,6 +408,10 @@ PRESETS: dict[str, AlbertConfig] = {
     # ALBERT's factorized E=128 embedding and all layers shared: 2.0M parameters with heads at V=8000.
     "albert-mini": AlbertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                                 intermediate_size=1024, embedding_size=128, vocab_size=30000),
+    # BERT-Small's shape (L=4, H=512, 8 heads; Turc et al. 2019) with ALBERT's E=128 and all layers
+    # shared: about 2.5x albert-tiny's compute a token, for runs given more time than the default.
+    "albert-small": AlbertConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                                 intermediate_size=2048, embedding_size=128, vocab_size=30000),
     # Small enough for unit tests.
     "test": AlbertConfig(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=3,
                          num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),

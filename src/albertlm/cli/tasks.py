@@ -41,6 +41,9 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-case", choices=("cased", "uncased"), default=None, help="without --model: keep the "
                    "training text's case in the task vocabulary, or lower-case it (default: cased for tagging tasks, "
                    "where case marks names; uncased for sentence tasks, as ALBERT's vocabularies are)")
+    p.add_argument("--preset", metavar="NAME", default=None, help="without --model: the architecture trained from "
+                   "random weights (`albertlm params` lists them; albert-small has about 2.5x albert-tiny's compute a "
+                   "token, for a larger --budget). Default: the recipe's, albert-tiny")
     p.add_argument("--vocab-size", type=int, metavar="N", default=None, help="without --model: pieces asked of the "
                    "task vocabulary (fewer when the text supports fewer; for Chinese at least its distinct characters "
                    "plus 1,000). Default: the recipe's, train/scratch.py")
@@ -94,6 +97,9 @@ def finetune_run(args: argparse.Namespace) -> int:
     if args.vocab_size is not None:
         raise AlbertlmError("--vocab-size sets the vocabulary of a run without --model; with --model the model's "
                             "vocabulary is used")
+    if args.preset is not None:
+        raise AlbertlmError("--preset sets the architecture of a run without --model; with --model the model's "
+                            "config.json is used")
     if args.vocab_case:
         raise AlbertlmError("--vocab-case sets the vocabulary of a run without --model; with --model the model's "
                             "tokenizer keeps or lower-cases the case as it was trained")
@@ -156,6 +162,11 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
         if args.vocab_size < 100:
             raise AlbertlmError(f"--vocab-size must be at least 100, got {args.vocab_size}")
         recipe = dataclasses.replace(recipe, vocab_size=args.vocab_size, chinese_vocab_size=args.vocab_size)
+    if args.preset is not None:
+        from albertlm.config import PRESETS
+        if args.preset not in PRESETS:
+            raise AlbertlmError(f"--preset {args.preset!r} is unknown; choose one of {', '.join(PRESETS)}")
+        recipe = dataclasses.replace(recipe, preset=args.preset)
     if args.vocab_case:
         recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
     _one_line_warnings()
