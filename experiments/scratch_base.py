@@ -36,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
             if name not in {f.name for f in dataclasses.fields(DEFAULT_RECIPE)}:
                 raise AlbertlmError(f"--set {item}: ScratchRecipe has no field {name!r}")
             changes[name] = json.loads(value)
-        recipe = dataclasses.replace(DEFAULT_RECIPE, **changes)
+        spec = get_task(args.task)
+        recipe = dataclasses.replace(DEFAULT_RECIPE, **changes).for_family(spec.family.name)
         out = Path(args.out)
         if out.exists():
             raise AlbertlmError(f"--out {out}: exists; give a new directory")
-        examples = get_task(args.task).read(args.data, "train", False)
+        examples = spec.read(args.data, "train", False)
         out.mkdir(parents=True)
         _, record = make_base(examples, out, recipe, args.seed, is_chinese(examples), lambda line: None)
     except (AlbertlmError, json.JSONDecodeError) as e:

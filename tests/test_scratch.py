@@ -32,7 +32,7 @@ from albertlm.train.scratch import DEFAULT_RECIPE, ScratchRecipe, plan_steps
 from test_finetune import CITIES, PEOPLE, VERBS, write_conll, write_sst, write_stsb  # noqa: E402  (tests/ is on the path)
 
 HAVE_SKLEARN = importlib.util.find_spec("sklearn") is not None
-SMALL = dataclasses.replace(DEFAULT_RECIPE, name="test-small", preset="test", probe_steps=3)
+SMALL = dataclasses.replace(DEFAULT_RECIPE, name="test-small", preset="test", family_presets=(), probe_steps=3)
 """The default recipe on the `test` preset: each run takes a second or two."""
 BUDGET = "0.2"  # minutes
 
@@ -344,13 +344,44 @@ def test_preset_sets_the_architecture(tmp_path, seen, capsys):
     base = ["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(tmp_path / "out")]
     assert main(base) == 2
     assert seen["recipe"].preset == DEFAULT_RECIPE.preset == "albert-tiny"
+    assert seen["recipe"].family_presets == DEFAULT_RECIPE.family_presets
     assert main([*base, "--preset", "albert-small"]) == 2
     assert seen["recipe"].preset == "albert-small" and seen["recipe"].vocab_size == DEFAULT_RECIPE.vocab_size
+    assert seen["recipe"].family_presets == ()  # the flag names the architecture of every family
     capsys.readouterr()
     assert main([*base, "--preset", "albert-huge"]) == 2
     assert "--preset 'albert-huge' is unknown; choose one of albert-base" in one_line(capsys.readouterr().err)
     assert main([*base, "--preset", "albert-small", "--model", "m"]) == 2
     assert "--preset sets the architecture of a run without --model" in one_line(capsys.readouterr().err)
+
+
+def test_a_family_s_preset_replaces_the_recipe_s():
+    recipe = dataclasses.replace(DEFAULT_RECIPE, preset="albert-tiny", family_presets=(("ner", "albert-small"),))
+    tagger, sentences = recipe.for_family("ner"), recipe.for_family("classification")
+    assert (tagger.preset, sentences.preset) == ("albert-small", "albert-tiny")
+    assert tagger.family_presets == sentences.family_presets == ()  # what ran is what results.json records
+    assert recipe.with_preset("test").for_family("ner").preset == "test"
+    # the default as docs/finetuning.md states it: albert-small for taggers, albert-tiny for the rest
+    assert [DEFAULT_RECIPE.for_family(f).preset for f in scratch.SUPPORTED] == [
+        "albert-small" if f == "ner" else "albert-tiny" for f in scratch.SUPPORTED]
+    for bad in ((("tagging", "albert-small"),), (("ner", "albert-huge"),), (("ner", "test"), ("ner", "test")),
+                ("ner", "test"), [("ner", "test")]):
+        with pytest.raises(AlbertlmError, match="family_presets must be .family, preset. pairs"):
+            ScratchRecipe(name="x", family_presets=bad)
+
+
+def test_a_family_s_preset_trains_that_shape_end_to_end(tmp_path, one_thread, monkeypatch):
+    """A tagging task trains the preset family_presets names for it, from the command line's default recipe."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, preset="albert-tiny",
+                                                                      family_presets=(("ner", "test"),)))
+    write_conll(tmp_path, random.Random(2))
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "conll2003", "--data", str(tmp_path), "--out", str(out), "--budget", "1",
+                 "--no-progress", "--device", "cpu"]) == 0
+    recipe = json.loads((out / "results.json").read_text())["from_scratch"]["recipe"]
+    assert (recipe["preset"], recipe["family_presets"]) == ("test", [])
+    config = json.loads((out / "base" / "config.json").read_text())
+    assert config["hidden_size"] == get_preset("test").hidden_size != get_preset("albert-tiny").hidden_size
 
 
 def test_a_preset_trains_that_shape_end_to_end(tmp_path, one_thread, capsys):
@@ -387,7 +418,8 @@ def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     s = results["from_scratch"]
-    assert s["recipe"] == json.loads(json.dumps(dataclasses.asdict(DEFAULT_RECIPE)))
+    # the recipe as a sentence task runs it: the tagger's preset is not this family's
+    assert s["recipe"] == json.loads(json.dumps(dataclasses.asdict(DEFAULT_RECIPE.for_family("classification"))))
     assert json.loads((out / "base" / "config.json").read_text())["hidden_size"] == 312  # albert-tiny
     epochs = int(DEFAULT_RECIPE.epochs)
     assert s["plan"]["steps"] == epochs and s["plan"]["limited_by"] == "epochs" and results["steps"] == epochs

@@ -20,15 +20,19 @@ def _one_line_warnings() -> None:
 def finetune_args(p: argparse.ArgumentParser) -> None:
     from albertlm.train.embedding import EmbeddingSettings
     from albertlm.train.finetune import FinetuneRecipe
-    from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES
+    from albertlm.train.scratch import DEFAULT_BUDGET_MINUTES, DEFAULT_RECIPE
 
+    kinds = {"ner": "tagging (NER)", "classification": "sentence and pair"}
+    presets = "".join(f"{preset} for {kinds.get(family, family)} tasks, " for family, preset
+                      in DEFAULT_RECIPE.family_presets) + DEFAULT_RECIPE.preset
+    presets += " for the rest" if DEFAULT_RECIPE.family_presets else ""
     p.add_argument("--task", required=True, help="task name, e.g. sst-2, cola, mrpc, sts-b, squad-v1.1, race, "
                    "conll2003, chnsenticorp, tnews, cluener, or a generic one (classification, regression, "
                    "multilabel, ner-conll); `--task list` prints them all with their metrics")
     p.add_argument("--model", metavar="DIR", help="pretrained model: `albertlm pretrain` output or any Hugging Face "
                    "ALBERT directory with spiece.model, or a Chinese ALBERT one with a WordPiece vocab.txt; without "
                    "it, a model is trained from scratch on the task's data alone (its own vocabulary, a random "
-                   "albert-tiny) within --budget")
+                   f"{presets}) within --budget")
     p.add_argument("--data", metavar="DIR", help="the task's data directory (train and dev files)")
     p.add_argument("--budget", type=float, metavar="MINUTES", default=None, help="without --model: wall time for "
                    "the whole run (vocabulary, model, baselines, fine-tuning); the steps are chosen to fit "
@@ -43,7 +47,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
                    "where case marks names; uncased for sentence tasks, as ALBERT's vocabularies are)")
     p.add_argument("--preset", metavar="NAME", default=None, help="without --model: the architecture trained from "
                    "random weights (`albertlm params` lists them; albert-small has about 2.5x albert-tiny's compute a "
-                   "token, for a larger --budget). Default: the recipe's, albert-tiny")
+                   f"token). Default: the recipe's, {presets}")
     p.add_argument("--vocab-size", type=int, metavar="N", default=None, help="without --model: pieces asked of the "
                    "task vocabulary (fewer when the text supports fewer; for Chinese at least its distinct characters "
                    "plus 1,000). Default: the recipe's, train/scratch.py")
@@ -166,7 +170,7 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
         from albertlm.config import PRESETS
         if args.preset not in PRESETS:
             raise AlbertlmError(f"--preset {args.preset!r} is unknown; choose one of {', '.join(PRESETS)}")
-        recipe = dataclasses.replace(recipe, preset=args.preset)
+        recipe = recipe.with_preset(args.preset)
     if args.vocab_case:
         recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
     _one_line_warnings()
