@@ -216,8 +216,8 @@ Taggers also train a larger model, albert-small (H 512, FFN 2048, 2.5x albert-ti
 on CoNLL-2003, 72.84 F1 over 3 seeds against albert-tiny's 70.78, every seed above every albert-tiny
 one (two of the seeds in the default 40 minutes, where the budget, not the epoch cap, ends the plan);
 on two Chinese tagging sets no other lever was tried on, CLUENER2020 52.00 against 40.56 (one seed) and
-Weibo-NER 27.60 against 22.13 (two seeds, 1,350 training messages). A tagger labels every token, so its training set has far more labels to fit the larger model with;
-the sentence tasks lose with it (STS-B -1.72 Spearman, SST-2 -1.95, one seed each) and keep
+Weibo-NER 27.60 against 22.13 (two seeds, 1,350 training messages). A tagger labels every token, so
+its training set has far more labels to fit the larger model with; the sentence tasks lose with it (STS-B -1.72 Spearman, SST-2 -1.95, one seed each) and keep
 albert-tiny."""
 
 
