@@ -162,6 +162,7 @@ def test_easy_tasks_are_learned(runs):
     assert runs["sst-2"][2]["best"]["accuracy"] > 0.9
     assert runs["squad-v1.1"][2]["best"]["f1"] > 0.5
     assert runs["conll2003"][2]["best"]["f1"] > 0.5
+    assert runs["conll2003"][2]["tag_decoding"] == "valid" and "tag_decoding" not in runs["sst-2"][2]
 
 
 @pytest.mark.parametrize("task", FAMILIES)

@@ -14,6 +14,7 @@ from albertlm.errors import AlbertlmError
 from albertlm.tasks import glue, multiple_choice, ner, squad
 from albertlm.tasks.common import (Feature, FeatureSettings, MalformedDataWarning, encode_words, pad_batch,
                                    split_words)
+from albertlm.tasks.metrics import get_entities
 from albertlm.tasks.registry import TASKS, get_task
 from albertlm.tokenizer import CLS_ID, SEP_ID, Tokenizer, train_tokenizer
 
@@ -349,6 +350,63 @@ def test_ner_features_chunk_long_sentences(tok):
     logits = [np.eye(3)[np.where(f.inputs["labels"] >= 0, f.inputs["labels"], 0)] for f in feats]
     preds = ner.ner_predictions(ex, feats, logits, labels)
     assert preds[0] == tags and preds[1] == ["B-LOC", "O"]
+
+
+def test_allowed_transitions_bio_and_iobes():
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER", "E-PER", "S-PER"]
+    start, trans, end = ner.allowed_transitions(labels)
+    i = {t: n for n, t in enumerate(labels)}
+    assert start.tolist() == [True, True, False, True, False, False, True]
+    assert trans[i["B-LOC"], i["I-LOC"]] and trans[i["I-LOC"], i["I-LOC"]] and not trans[i["O"], i["I-LOC"]]
+    assert not trans[i["B-PER"], i["I-LOC"]] and not trans[i["E-PER"], i["I-PER"]]
+    assert trans[i["B-LOC"], i["O"]] and trans[i["I-LOC"], i["B-PER"]]  # LOC is BIO: it may end anywhere
+    assert not trans[i["B-PER"], i["O"]] and not trans[i["I-PER"], i["S-PER"]]  # PER is IOBES: closed by E-
+    assert trans[i["B-PER"], i["E-PER"]] and trans[i["E-PER"], i["O"]] and trans[i["S-PER"], i["B-PER"]]
+    assert end.tolist() == [True, True, True, False, False, True, True]
+
+
+def test_constrained_decode_is_the_best_allowed_sequence():
+    import itertools
+
+    labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC"]
+    masks = ner.allowed_transitions(labels)
+    start, trans, end = masks
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4):
+        for _ in range(20):
+            scores = np.log(rng.dirichlet(np.ones(len(labels)), size=n))
+            allowed = [s for s in itertools.product(range(len(labels)), repeat=n)
+                       if start[s[0]] and end[s[-1]] and all(trans[a, b] for a, b in zip(s, s[1:]))]
+            best = max(allowed, key=lambda s: sum(scores[k, j] for k, j in enumerate(s)))
+            assert ner.constrained_decode(scores, *masks) == list(best)
+    assert ner.constrained_decode(np.zeros((0, len(labels))), *masks) == []
+
+
+def test_ner_predictions_valid_decoding_mends_what_argmax_breaks(tok):
+    labels = ["O", "B-PER", "I-PER"]
+    ex = [ner.TokenExample("0", ["john", "mary", "went"], ["B-PER", "I-PER", "O"])]
+    feats = ner.ner_features(ex, tok, labels, FeatureSettings(max_seq_length=32))
+    logits = np.zeros((len(feats[0]), 3))
+    logits[feats[0].meta["first_piece"]] = np.log([[0.55, 0.45, 0.0001], [0.05, 0.05, 0.9], [0.9, 0.05, 0.05]])
+    assert ner.ner_predictions(ex, feats, [logits], labels, "argmax") == [["O", "I-PER", "O"]]
+    assert ner.ner_predictions(ex, feats, [logits], labels) == [["B-PER", "I-PER", "O"]]
+    with pytest.raises(ValueError, match="not one of valid, argmax"):
+        ner.ner_predictions(ex, feats, [logits], labels, "crf")
+
+
+def test_valid_decoding_runs_across_chunks(tok):
+    """A sentence cut into chunks is decoded whole: a chunk that begins inside an entity continues it
+    (decoded on its own, the chunk could not start with I-PER and would split the entity)."""
+    words = ["john"] * 12
+    tags = ["O"] * 5 + ["B-PER"] + ["I-PER"] * 6
+    ex = [ner.TokenExample("0", words, tags)]
+    labels = ["O", "B-PER", "I-PER"]
+    feats = ner.ner_features(ex, tok, labels, FeatureSettings(max_seq_length=10))
+    assert any(5 < f.meta["words"][0] for f in feats)  # a chunk begins inside the entity
+    logits = [np.log(np.where(np.eye(3)[np.where(f.inputs["labels"] >= 0, f.inputs["labels"], 0)] > 0, 0.9, 0.05))
+              for f in feats]
+    preds = ner.ner_predictions(ex, feats, logits, labels)
+    assert preds == [tags] and get_entities(preds[0]) == [("PER", 5, 11)]
 
 
 # ---------------------------------------------------------------------------- registry

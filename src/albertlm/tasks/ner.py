@@ -188,13 +188,99 @@ def ner_features(examples: Sequence[TokenExample], tokenizer, labels: Sequence[s
     return features
 
 
+DECODINGS = ("valid", "argmax")
+"""How word tags are chosen from the head's logits: `valid` (the default) takes the most probable tag
+sequence that is well formed (`allowed_transitions`), `argmax` each word's most probable tag on its own,
+as transformers' token-classification pipeline does."""
+
+
+def allowed_transitions(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which tag sequences are well formed, for BIO and IOBES tag sets (or a mix, type by type).
+
+    An I-X or E-X continues an X entity, so it may follow only B-X or I-X and never start a sentence.
+    Where the tag set has E-X, an X entity must also be closed: B-X and I-X are then followed only by I-X
+    or E-X and never end a sentence. A type without E- tags is BIO: its entity may end anywhere.
+
+    Returns:
+        (start [L], transition [L, L] indexed [previous, current], end [L]) boolean masks.
+    """
+    parts = [(t[0], t[2:]) if t != "O" else ("O", "") for t in labels]
+    closed = {typ for kind, typ in parts if kind == "E"}
+    n = len(labels)
+    start = np.array([kind not in ("I", "E") for kind, _ in parts])
+    end = np.array([not (kind in ("B", "I") and typ in closed) for kind, typ in parts])
+    transition = np.zeros((n, n), dtype=bool)
+    for i, (pk, pt) in enumerate(parts):
+        open_ = pk in ("B", "I")
+        for j, (ck, ct) in enumerate(parts):
+            if ck in ("I", "E"):
+                transition[i, j] = open_ and pt == ct
+            else:
+                transition[i, j] = not (open_ and pt in closed)
+    return start, transition, end
+
+
+def constrained_decode(scores: np.ndarray, start: np.ndarray, transition: np.ndarray,
+                       end: np.ndarray) -> list[int]:
+    """The tag ids of highest total score among the sequences the masks allow (Viterbi).
+
+    Args:
+        scores: [words, L] log-probabilities of each tag at each word.
+        start, transition, end: `allowed_transitions`' masks.
+    Returns:
+        One tag id per word; each word's argmax when no sequence is allowed (a tag set without O).
+    """
+    n = len(scores)
+    if n == 0:
+        return []
+    neg = np.float64(-np.inf)
+    trans = np.where(transition, 0.0, neg)
+    best = np.where(start, scores[0], neg)
+    back = np.zeros((n, scores.shape[1]), dtype=np.int64)
+    for i in range(1, n):
+        total = best[:, None] + trans  # [previous, current]
+        back[i] = total.argmax(0)
+        best = total[back[i], np.arange(len(best))] + scores[i]
+    best = np.where(end, best, neg)
+    if not np.isfinite(best.max()):
+        return [int(j) for j in scores.argmax(-1)]
+    path = [int(best.argmax())]
+    for i in range(n - 1, 0, -1):
+        path.append(int(back[i, path[-1]]))
+    return path[::-1]
+
+
 def ner_predictions(examples: Sequence[TokenExample], features: Sequence[Feature],
-                    logits: Sequence[np.ndarray], labels: Sequence[str]) -> list[list[str]]:
-    """Per-feature logits [S, num_labels] → one tag per word of every example."""
-    out = [["O"] * len(e.tokens) for e in examples]
+                    logits: Sequence[np.ndarray], labels: Sequence[str], decoding: str = "valid") -> list[list[str]]:
+    """Per-feature logits [S, num_labels] → one tag per word of every example.
+
+    A sentence cut into chunks is decoded whole, so an entity may run across a chunk boundary.
+
+    Args:
+        decoding: one of `DECODINGS`.
+    """
+    if decoding not in DECODINGS:
+        raise ValueError(f"decoding {decoding!r} is not one of {', '.join(DECODINGS)}")
+    words: list[np.ndarray | None] = [None] * len(examples)
     for f, lg in zip(features, logits):
         begin, end = f.meta["words"]
-        out[f.example][begin:end] = [labels[j] for j in np.asarray(lg)[f.meta["first_piece"]].argmax(-1)]
+        lg = np.asarray(lg, dtype=np.float64)[f.meta["first_piece"]]
+        if words[f.example] is None:
+            words[f.example] = np.zeros((len(examples[f.example].tokens), lg.shape[-1]))
+        words[f.example][begin:end] = lg
+    masks = allowed_transitions(labels) if decoding == "valid" else None
+    out = []
+    for e, lg in zip(examples, words):
+        if lg is None:  # no feature: every word O, as before
+            out.append(["O"] * len(e.tokens))
+            continue
+        if masks is None:
+            ids = lg.argmax(-1)
+        else:
+            logp = lg - lg.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            ids = constrained_decode(logp, *masks)
+        out.append([labels[j] for j in ids])
     return out
 
 
