@@ -91,6 +91,9 @@ class Family:
     """The head's config carries the task's problem_type (sequence classification)."""
     suffix: str = ".tsv"
     """Extension of the predictions file."""
+    recorded: tuple[tuple[str, str], ...] = ()
+    """(key, value) pairs fine-tuning writes into results.json: how `predict` read the outputs where
+    there is a choice (a tagger's tag_decoding)."""
 
 
 def _parse_json_line(index: int, line: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -217,7 +220,8 @@ FAMILIES = {
                   lambda spec, ex, tok, labels, settings, train: ner.ner_features(ex, tok, labels, settings),
                   lambda spec, ex, f, out, labels, settings: ner.ner_predictions(ex, f, out["logits"], labels),
                   ner.write_predictions, _ner_line, _ner_results, _ner_text, label_names=ner.tag_list,
-                  per_position=True, token_level=True, suffix=".txt"),
+                  per_position=True, token_level=True, suffix=".txt",
+                  recorded=(("tag_decoding", ner.DECODINGS[0]),)),  # ner_predictions' default
 }
 
 

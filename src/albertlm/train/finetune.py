@@ -39,7 +39,6 @@ from albertlm.inference.run import to_device
 from albertlm.heads import reinit_pooler
 from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import OptimizerName, build_optimizer, lr_at
-from albertlm.tasks import ner
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.loop import Cadence, CountFn, LossFn, Precision, StepSettings, run_steps
@@ -529,8 +528,7 @@ def train_task(run: TaskRun, model: nn.Module, tokenizer, out_dir: Path, *, loss
                "improving_at_end": len(curve) > 1 and best["step"] == curve[-1][0], **_sizes(run),
                "train_seconds": time.perf_counter() - start, "out_dir": str(out_dir), "recipe": dataclasses.asdict(r),
                "transformers_loads": transformers_can_load(model.config), **record}
-    if spec.family.name == "ner":  # how the dev tags were chosen: the registry's default decoding
-        results["tag_decoding"] = ner.DECODINGS[0]
+    results.update(spec.family.recorded)
     if averaged is not None:
         scored = [(value, step) for step, value in trained_curve if not math.isnan(value)]
         top, top_step = max(scored, key=lambda pair: pair[0]) if scored else (None, 0)  # the first of equal bests
