@@ -495,3 +495,33 @@ def test_ema_decay_outside_its_range_is_one_line(decay, model_dir, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert "ema_decay must lie in [0, 1)" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task,writer", [("conll2003", write_conll), ("sst-2", write_sst)])
+def test_unpadded_training_follows_the_padded_run(task, writer, tmp_path, model_dir, monkeypatch):
+    """--unpad on and off train the same model: the same losses step by step and the same dev curve; and
+    on, the training passes do go unpadded (evaluation batches by length, padded)."""
+    from albertlm.model import AlbertModel
+
+    writer(tmp_path, random.Random(5))
+    forward, calls = AlbertModel.forward, []
+
+    def spy(self, *args, **kwargs):
+        calls.append(bool(kwargs.get("unpad", args[5] if len(args) > 5 else False)))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(AlbertModel, "forward", spy)
+    runs = {}
+    for unpad in ("off", "on"):
+        calls.clear()
+        recipe = FinetuneRecipe(steps=12, eval_every=6, batch_size=16, max_seq_length=32, lr=1e-3, log_every=1,
+                                unpad=unpad)
+        results = finetune(task, model_dir, tmp_path, tmp_path / f"out-{unpad}", recipe, progress=False)
+        train = [r["loss"] for r in read_metrics(tmp_path / f"out-{unpad}" / "metrics.jsonl") if r["split"] == "train"]
+        runs[unpad] = (results, train, calls.count(True))
+    (off, off_losses, off_unpadded), (on, on_losses, on_unpadded) = runs["off"], runs["on"]
+    assert off_unpadded == 0 and on_unpadded >= 12  # every training step
+    assert len(on_losses) == len(off_losses) == 12
+    np.testing.assert_allclose(on_losses, off_losses, rtol=0, atol=1e-4)
+    np.testing.assert_allclose([v for _, v in on["dev_curve"]], [v for _, v in off["dev_curve"]], rtol=0, atol=1e-3)
+    assert on["recipe"]["unpad"] == "on" and off["recipe"]["unpad"] == "off"

@@ -154,3 +154,69 @@ def test_multiple_choice_loss_is_softmax_over_choices():
         out = model(**inputs, labels=torch.tensor([2, 0]))
     assert out.logits.shape == (2, 3)
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([2, 0])))
+
+
+# ---------------------------------------------------------------------------- training unpadded
+UNPADDED_CASES = [c for c in CASES if c[0] != "AlbertForQuestionAnswering"] + [
+    ("AlbertForSequenceClassification", 3, "mean", (3, 11)),  # the mean of the tokens, not [CLS]
+    ("EarlyExitSequenceClassifier", 3, "single_label_classification", (3, 11)),
+    ("EarlyExitTokenClassifier", 5, None, (3, 11)),
+]
+
+
+def _head(cls_name: str, num_labels: int, problem: str | None) -> torch.nn.Module:
+    from albertlm import exit_heads
+
+    pooling = "mean" if problem == "mean" else "cls"
+    problem = "single_label_classification" if problem == "mean" else problem
+    config = CONFIGS["groups2-inner2"].replace(num_labels=num_labels, problem_type=problem, classifier_pooling=pooling,
+                                               id2label={i: f"tag{i}" for i in range(num_labels)})
+    if cls_name.startswith("EarlyExit"):
+        return randomise(getattr(exit_heads, cls_name)(exit_heads.with_exit_heads(config)), seed=4)
+    return randomise(HEADS[cls_name](config), seed=4)
+
+
+@pytest.mark.parametrize("cls_name,num_labels,problem,shape", UNPADDED_CASES,
+                         ids=[f"{c[0]}-{c[2] or c[1]}" for c in UNPADDED_CASES])
+def test_unpadded_training_pass_is_the_padded_one(cls_name, num_labels, problem, shape):
+    model = _head(cls_name, num_labels, problem)
+    assert model.unpads
+    inputs = batch(model.config, shape)
+    plain = {"EarlyExitSequenceClassifier": "AlbertForSequenceClassification",
+             "EarlyExitTokenClassifier": "AlbertForTokenClassification"}.get(cls_name, cls_name)
+    targets = labels_for(plain, model.config, None if problem in (None, "mean") else problem)
+    keep = inputs["attention_mask"].bool()
+    results = []
+    for unpad in (False, True):
+        model.zero_grad()
+        out = model(**inputs, **targets, output_hidden_states=True, unpad=unpad)
+        out.loss.backward()
+        if unpad:  # the packed path ran: nothing computed at padded positions
+            assert not out.hidden_states[-1][~keep.reshape(-1, keep.shape[-1])].any()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (padded, grads), (packed, packed_grads) = results
+    torch.testing.assert_close(packed.loss, padded.loss, rtol=0, atol=1e-5)
+    if "Token" in cls_name:  # per position: the real tokens' logits (padding is never scored)
+        torch.testing.assert_close(packed.logits[keep], padded.logits[keep], rtol=0, atol=1e-5)
+    else:
+        torch.testing.assert_close(packed.logits, padded.logits, rtol=0, atol=1e-5)
+    assert grads.keys() == packed_grads.keys() and grads
+    for n in grads:
+        torch.testing.assert_close(packed_grads[n], grads[n], rtol=0, atol=1e-5, msg=n)
+
+
+def test_question_answering_does_not_claim_unpadding():
+    # its loss is a softmax over every position, padding included, as transformers computes it: the
+    # padded positions' logits differ unpadded, so training keeps QA padded.
+    assert not AlbertForQuestionAnswering.unpads
+
+
+def test_which_training_runs_unpadded():
+    from albertlm.train.loop import unpadded
+
+    tagger = _head("AlbertForTokenClassification", 5, None)
+    qa = AlbertForQuestionAnswering(CONFIGS["all-shared"].replace(num_labels=2))
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert unpadded("auto", tagger, cpu) and not unpadded("auto", tagger, gpu)
+    assert unpadded("on", tagger, gpu) and not unpadded("off", tagger, cpu)
+    assert not unpadded("on", qa, cpu) and not unpadded("auto", qa, cpu)

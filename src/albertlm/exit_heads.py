@@ -115,16 +115,19 @@ class ExitHeads:
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> EarlyExitOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                unpad: bool = False) -> EarlyExitOutput:
         """Run every layer and every classifier (training, and full-depth scoring).
 
         Args:
             input_ids, attention_mask, token_type_ids, position_ids, labels: as the plain head's forward.
             output_hidden_states: also return every layer's hidden state.
+            unpad: run the encoder on the real tokens only, as the plain head's forward.
         Returns:
             EarlyExitOutput: `logits` are the plain head's (the last layer's), `loss` the depth-weighted one.
         """
-        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states=True)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states=True,
+                          unpad=unpad)
         layer_logits = [self.exit_logits(i, h) for i, h in enumerate(out.hidden_states[1:])]
         loss = None
         if labels is not None:

@@ -149,6 +149,8 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
     """Classification or regression from the pooled [CLS] vector (GLUE-style tasks), or from the mean
     of the tokens (`config.classifier_pooling`)."""
 
+    unpads = True
+
     def __init__(self, config: AlbertConfig):
         super().__init__()
         self.config = config
@@ -159,7 +161,8 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> SequenceClassifierOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                unpad: bool = False) -> SequenceClassifierOutput:
         """Score a batch of sequences (or pairs).
 
         Args:
@@ -167,10 +170,11 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
             labels: int [B] class ids (single-label), float [B] targets (regression) or float
                 [B, num_labels] 0/1 targets (multi-label).
             output_hidden_states: also return every layer's hidden state.
+            unpad: run the encoder on the real tokens only (AlbertModel.forward): the same logits.
         Returns:
             SequenceClassifierOutput with logits [B, num_labels].
         """
-        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, unpad)
         logits = self.classifier(self.dropout(sentence_vector(self.config, out, attention_mask)))  # [B, num_labels]
         loss = sequence_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
@@ -179,6 +183,8 @@ class AlbertForSequenceClassification(PreTrainedAlbert):
 class AlbertForMultipleChoice(PreTrainedAlbert):
     """One score per (context, choice) pair from its pooled [CLS] vector (or its tokens' mean), softmax over
     the choices (RACE)."""
+
+    unpads = True
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -190,13 +196,15 @@ class AlbertForMultipleChoice(PreTrainedAlbert):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> MultipleChoiceOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                unpad: bool = False) -> MultipleChoiceOutput:
         """Score every choice of a batch of questions.
 
         Args:
             input_ids, attention_mask, token_type_ids, position_ids: [B, C, S], one row per choice.
             labels: int [B], the index of the right choice.
             output_hidden_states: also return every layer's hidden state (over B*C rows).
+            unpad: run the encoder on the real tokens only (AlbertModel.forward): the same logits.
         Returns:
             MultipleChoiceOutput with logits [B, C].
         """
@@ -206,7 +214,7 @@ class AlbertForMultipleChoice(PreTrainedAlbert):
             return None if x is None else x.reshape(B * C, x.shape[-1])  # [B, C, S] -> [B*C, S]
 
         out = self.albert(flat(input_ids), flat(attention_mask), flat(token_type_ids),
-                          flat(position_ids), output_hidden_states)
+                          flat(position_ids), output_hidden_states, unpad)
         pooled = sentence_vector(self.config, out, flat(attention_mask))  # [B*C, H]
         logits = self.classifier(self.dropout(pooled)).view(B, C)  # [B*C, 1] -> [B, C]
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
@@ -216,6 +224,8 @@ class AlbertForMultipleChoice(PreTrainedAlbert):
 # ---------------------------------------------------------------------------- token-level heads
 class AlbertForTokenClassification(PreTrainedAlbert):
     """A label for every token (named-entity recognition); no pooler."""
+
+    unpads = True
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -227,7 +237,8 @@ class AlbertForTokenClassification(PreTrainedAlbert):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, output_hidden_states: bool = False) -> TokenClassifierOutput:
+                labels: torch.Tensor | None = None, output_hidden_states: bool = False,
+                unpad: bool = False) -> TokenClassifierOutput:
         """Tag every position.
 
         Args:
@@ -235,10 +246,13 @@ class AlbertForTokenClassification(PreTrainedAlbert):
             labels: int [B, S] tag ids, -100 where no tag is scored (special tokens, padding,
                 non-first pieces of a word).
             output_hidden_states: also return every layer's hidden state.
+            unpad: run the encoder on the real tokens only (AlbertModel.forward): the same logits at
+                real tokens and the same loss (padding is never scored); the classifier's bias alone at
+                padded positions.
         Returns:
             TokenClassifierOutput with logits [B, S, num_labels].
         """
-        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+        out = self.albert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, unpad)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # [B, S, num_labels]
         loss = token_loss(self.config, logits, labels) if labels is not None else None
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)

@@ -233,6 +233,8 @@ class PreTrainedAlbert(nn.Module):
     """Initialisation and Hugging Face directory I/O shared by every ALBERT model class."""
 
     config: AlbertConfig
+    unpads = False
+    """forward takes `unpad=True` (the encoder on the real tokens only) and gives the same loss with it."""
 
     def init_weights(self) -> None:
         """Normal(0, initializer_range) weights, zero biases, unit LayerNorms (official init)."""

@@ -127,6 +127,9 @@ class SentenceEmbedder(nn.Module):
         normalize: divide each vector by its L2 norm (so dot products are cosines).
     """
 
+    unpads = True
+    """forward takes `unpad=True` and gives the same vectors (PreTrainedAlbert.unpads)."""
+
     def __init__(self, model: AlbertModel, mode: str = "mean", normalize: bool = False):
         super().__init__()
         if mode not in POOLINGS:
@@ -143,14 +146,15 @@ class SentenceEmbedder(nn.Module):
         return self.albert.num_parameters()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, unpad: bool = False) -> torch.Tensor:
         """Embed a batch.
 
         Args:
             input_ids, attention_mask, token_type_ids: [B, S], as AlbertModel.forward.
+            unpad: run the encoder on the real tokens only (AlbertModel.forward): the same vectors.
         Returns:
             [B, H] sentence vectors (unit length with `normalize`).
         """
-        h = self.albert(input_ids, attention_mask, token_type_ids).last_hidden_state  # [B, S, H]
+        h = self.albert(input_ids, attention_mask, token_type_ids, unpad=unpad).last_hidden_state  # [B, S, H]
         v = pool(self.albert, h, attention_mask, self.mode)  # [B, H]
         return F.normalize(v, p=2.0, dim=-1) if self.normalize else v

@@ -61,7 +61,7 @@ from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.finetune import (FinetuneRecipe, TaskRun, check_head_options, head_config, output_dir, prepare_task,
                                      start_outputs,
                                      train_task)
-from albertlm.train.loop import CountFn, LossFn
+from albertlm.train.loop import CountFn, LossFn, unpadded
 from albertlm.utils import atomic_path, check_field_types, sha256_file
 from albertlm.vocab import IGNORE_INDEX
 
@@ -142,19 +142,22 @@ HARD_TERMS = {
 head's own loss (heads.AlbertForSequenceClassification), so alpha = 0 is plain fine-tuning."""
 
 
-def token_distill_objective(temperature: float, alpha: float) -> tuple[LossFn, CountFn]:
+def token_distill_objective(temperature: float, alpha: float, unpad: bool = False) -> tuple[LossFn, CountFn]:
     """The loop's (loss_fn, count_fn) for token classification.
 
     A batch holds the model inputs, `labels` [B, S] (IGNORE_INDEX off tagged positions: all of an
     unlabelled sentence), `teacher_logits` [B, C, S] (stored sequence-last, so padding extends S) and
     `soft_mask` [B, S] (1 at each word's first piece). The soft term is averaged over the step's
-    words, the hard term over its tagged positions, both by global counts.
+    words, the hard term over its tagged positions, both by global counts. With `unpad` the student's
+    forward runs unpadded (heads.py), which leaves the logits at its tagged positions as they are.
     """
+    options = {"unpad": True} if unpad else {}
+
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float(batch["soft_mask"].sum()), "n_hard": float((batch["labels"] != IGNORE_INDEX).sum())}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits.float()  # [B, S, C]
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, **options).logits.float()  # [B, S, C]
         teacher = batch["teacher_logits"].float().transpose(1, 2)  # [B, S, C]
         soft = (_softmax_kl(logits, teacher, temperature) * batch["soft_mask"]).sum()  # [B, S] -> scalar
         hard = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
@@ -166,20 +169,24 @@ def token_distill_objective(temperature: float, alpha: float) -> tuple[LossFn, C
     return loss_fn, count
 
 
-def distill_objective(problem_type: str, temperature: float, alpha: float) -> tuple[LossFn, CountFn]:
+def distill_objective(problem_type: str, temperature: float, alpha: float, unpad: bool = False
+                      ) -> tuple[LossFn, CountFn]:
     """The loop's (loss_fn, count_fn) for distillation.
 
     A batch holds the model inputs, `labels`, `teacher_logits` [B, C] and `hard_weight` [B]
     (1: labelled, 0: unlabelled text). The soft term is averaged over every example of the step,
-    the hard term over the labelled ones, both by global counts (train/loop.py).
+    the hard term over the labelled ones, both by global counts (train/loop.py). With `unpad` the
+    student's forward runs unpadded (heads.py): the same logits.
     """
     soft_fn, hard_fn = SOFT_TERMS[problem_type], HARD_TERMS[problem_type]
+
+    options = {"unpad": True} if unpad else {}
 
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float(len(batch["input_ids"])), "n_hard": float(batch["hard_weight"].sum())}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits.float()  # [B, C]
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, **options).logits.float()  # [B, C]
         soft = soft_fn(logits, batch["teacher_logits"].float(), temperature)  # [B]
         hard = hard_fn(logits, batch["labels"]) * batch["hard_weight"]  # [B]; unlabelled rows weigh 0
         loss = alpha * soft.sum() / totals["n"] + (1 - alpha) * hard.sum() / max(totals["n_hard"], 1.0)
@@ -475,8 +482,10 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
     config = config.replace(extra={**config.extra, "albertlm_distillation": {
         k: record[k] for k in ("teacher", "teacher_fingerprint", "temperature", "alpha")}})
     model = load_head(spec, student_dir, config) if student_dir else HEADS[spec.family.head](config)
-    loss_fn, count_fn = (token_distill_objective(settings.temperature, settings.alpha) if spec.family.token_level
-                         else distill_objective(spec.problem_type, settings.temperature, settings.alpha))
+    unpad = unpadded(run.recipe.unpad, model, device)
+    loss_fn, count_fn = (token_distill_objective(settings.temperature, settings.alpha, unpad)
+                         if spec.family.token_level
+                         else distill_objective(spec.problem_type, settings.temperature, settings.alpha, unpad))
     return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
                       device=device, progress=progress, name="distill",
                       record={"model_dir": str(student), "distillation": {**record, "teacher_logits_cached": cached}})

@@ -60,7 +60,7 @@ from albertlm.tasks.common import Feature, FeatureSettings
 from albertlm.tasks.pairs import NOT_FRACTIONS, Pairs, pairs_of
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.train.finetune import DevScorer, FinetuneRecipe, TaskRun, read_splits, start_outputs, train_task
-from albertlm.train.loop import CountFn, LossFn
+from albertlm.train.loop import CountFn, LossFn, unpadded
 from albertlm.utils import atomic_write_text, check_field_types
 
 OBJECTIVES = ("task", "mnrl", "cosent", "cosine", "simcse")
@@ -136,18 +136,19 @@ def cosine_loss(a: torch.Tensor, b: torch.Tensor, targets: torch.Tensor) -> torc
     return F.mse_loss(cos, targets.to(cos.dtype))
 
 
-def embedding_objective(objective: str, scale: float) -> tuple[LossFn, CountFn]:
+def embedding_objective(objective: str, scale: float, unpad: bool = False) -> tuple[LossFn, CountFn]:
     """The loop's (loss_fn, count_fn) for an objective: each micro-batch's loss weighted by its share of
-    the step's examples, a `loss_sum` metric and an `n` count (train/loop.py)."""
+    the step's examples, a `loss_sum` metric and an `n` count (train/loop.py); with `unpad`, every text
+    is encoded unpadded (SentenceEmbedder.forward)."""
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float(len(batch["input_ids"]))}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        u = model(batch["input_ids"], batch["attention_mask"])  # [B, H]
+        u = model(batch["input_ids"], batch["attention_mask"], unpad=unpad)  # [B, H]
         if objective == "simcse":  # the same texts again: another dropout mask
-            loss = in_batch_loss(u, model(batch["input_ids"], batch["attention_mask"]), scale)
+            loss = in_batch_loss(u, model(batch["input_ids"], batch["attention_mask"], unpad=unpad), scale)
         else:
-            v = model(batch["pair_ids"], batch["pair_mask"])  # [B, H]
+            v = model(batch["pair_ids"], batch["pair_mask"], unpad=unpad)  # [B, H]
             loss = {"mnrl": lambda: in_batch_loss(u, v, scale),
                     "cosent": lambda: cosent_loss(u, v, batch["target"], scale),
                     "cosine": lambda: cosine_loss(u, v, batch["target"])}[objective]()
@@ -271,7 +272,8 @@ def _finetune_embedder(task, model_dir, data_dir, out_dir, recipe: FinetuneRecip
     tokenizer = load_tokenizer(model_dir)
     run, dev_pairs = prepare_run(spec, data_dir, recipe, settings, tokenizer, base)
     model = new_embedder(run, model_dir, base, settings, device)
-    loss_fn, count_fn = embedding_objective(settings.objective, settings.similarity_scale)
+    loss_fn, count_fn = embedding_objective(settings.objective, settings.similarity_scale,
+                                            unpadded(run.recipe.unpad, model, device))
     scorer = embedding_scorer(run, dev_pairs, tokenizer, settings.pooling, device)
     with out.claim():
         _remove_earlier_copy(out.path / ST_SUBDIR)

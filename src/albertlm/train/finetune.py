@@ -41,7 +41,7 @@ from albertlm.interop.hf import transformers_can_load
 from albertlm.optim import OptimizerName, build_optimizer, lr_at
 from albertlm.tasks.common import Feature, FeatureSettings, pad_batch
 from albertlm.tasks.registry import TaskSpec, get_task
-from albertlm.train.loop import Cadence, CountFn, LossFn, Precision, StepSettings, run_steps
+from albertlm.train.loop import Cadence, CountFn, LossFn, Precision, StepSettings, Unpad, run_steps, unpadded
 from albertlm.train.metrics import MetricsLogger
 from albertlm.outputs import FINETUNE_FILES, MODEL_FILES, OutputDir
 from albertlm.utils import atomic_write_text, check_field_types
@@ -85,6 +85,10 @@ class FinetuneRecipe:
     """Global gradient-norm clip."""
     precision: Precision = "fp32"
     """fp32, bf16 or fp16 (GPU)."""
+    unpad: Unpad = "auto"
+    """Training passes run the encoder on each batch's real tokens only, not on the padding to its longest
+    example: the same loss, less work for batches of mixed lengths (2.3x faster steps on CoNLL-2003 on 2 CPU
+    cores). auto: on a CPU (a GPU pads, as it is unmeasured there); on or off to choose."""
     eval_every: int | None = None
     """Evaluate on dev every N steps (default: 10 evaluations per run) and at the end."""
     eval_batch_size: int = 64
@@ -367,17 +371,19 @@ def start_outputs(out_dir: Path, recipe_record: dict[str, Any]) -> None:
     atomic_write_text(out_dir / "recipe.json", json.dumps(recipe_record, indent=2))
 
 
-def head_objective(spec: TaskSpec) -> tuple[LossFn, CountFn]:
+def head_objective(spec: TaskSpec, unpad: bool = False) -> tuple[LossFn, CountFn]:
     """The fine-tuning objective: the head's own loss (heads.py), averaged over the step's examples
-    (or labelled tokens, for token-level tasks). Other recipes (distillation) pass their own pair to
-    `train_task`; theirs must also report a `loss_sum` metric and an `n` count."""
+    (or labelled tokens, for token-level tasks); with `unpad`, the head's forward runs unpadded (a head
+    whose `unpads` is true). Other recipes (distillation) pass their own pair to `train_task`; theirs must
+    also report a `loss_sum` metric and an `n` count."""
     tokens = spec.family.token_level
+    options = {"unpad": True} if unpad else {}
 
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float((batch["labels"] != IGNORE_INDEX).sum()) if tokens else float(len(batch["input_ids"]))}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        out = model(**batch)
+        out = model(**batch, **options)
         n = count(batch)["n"]
         if n == 0:  # a micro-batch without a labelled token: no loss, keep the graph connected
             return out.logits.sum() * 0.0, {"loss_sum": 0.0}
@@ -390,9 +396,11 @@ def task_objective(run: TaskRun, model: nn.Module, model_dir: str | Path, device
                    ) -> tuple[nn.Module, LossFn, CountFn]:
     """What the optimizer steps and its objective: the head and its own loss, or, when the recipe sets
     `mlm_weight`, the head with a training-only MLM head (train/joint.py: the joint objective), whose
-    head starts from `model_dir`'s own MLM head when it has one. `model` is the head, on `device`."""
-    loss_fn, count_fn = head_objective(run.spec)
+    head starts from `model_dir`'s own MLM head when it has one. `model` is the head, on `device`; the
+    forward passes run unpadded where `loop.unpadded` says so for the recipe, the head and the device."""
     r = run.recipe
+    unpad = unpadded(r.unpad, model, device)
+    loss_fn, count_fn = head_objective(run.spec, unpad)
     if not r.mlm_weight:
         return model, loss_fn, count_fn
     from albertlm.train.joint import JointModel, joint_objective, mlm_head_from
@@ -402,7 +410,8 @@ def task_objective(run: TaskRun, model: nn.Module, model_dir: str | Path, device
         joint = JointModel(model, mlm_head_from(model_dir, model.config).to(device))
     generator = torch.Generator(device=device).manual_seed(r.seed)
     loss_fn, count_fn = joint_objective(loss_fn, count_fn, weight=r.mlm_weight, probability=r.mlm_probability,
-                                        special=load_tokenizer(model_dir).special_ids, generator=generator)
+                                        special=load_tokenizer(model_dir).special_ids, generator=generator,
+                                        unpad=unpad)
     return joint.train(), loss_fn, count_fn
 
 

@@ -99,13 +99,14 @@ def mask_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, special: S
 
 
 def joint_objective(task_loss: LossFn, count_fn: CountFn, *, weight: float, probability: float,
-                    special: SpecialIds, generator: torch.Generator) -> tuple[LossFn, CountFn]:
+                    special: SpecialIds, generator: torch.Generator, unpad: bool = False) -> tuple[LossFn, CountFn]:
     """The task's objective plus `weight` times the masked-LM loss, for a JointModel.
 
     The MLM loss of a micro-batch is its mean over the predicted pieces, weighted as the task loss
     weights the micro-batch (its share of the step's examples or labelled tokens): with one micro-batch
     per step, the step's mean. Metrics: the task's, plus `mlm_loss_sum` and `mlm_correct` over
-    `mlm_n` predicted pieces.
+    `mlm_n` predicted pieces. With `unpad`, the masked copy's encoder pass runs unpadded, as the task's
+    loss (its own `task_loss`) does.
     """
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
@@ -117,7 +118,7 @@ def joint_objective(task_loss: LossFn, count_fn: CountFn, *, weight: float, prob
         where = labels != IGNORE_INDEX  # [B, S]
         if not bool(where.any()):
             return loss, {**sums, "mlm_loss_sum": 0.0, "mlm_correct": 0.0, "mlm_n": 0.0}
-        out = head.albert(masked, batch["attention_mask"], batch.get("token_type_ids"))
+        out = head.albert(masked, batch["attention_mask"], batch.get("token_type_ids"), unpad=unpad)
         logits = model.mlm(out.last_hidden_state[where], head.albert.embeddings)  # [N, V]
         mlm = F.cross_entropy(logits.float(), labels[where])
         n = float(where.sum())

@@ -45,6 +45,7 @@ from albertlm.train.embedding import (SIMCSE_DROPOUT, ST_SUBDIR, EmbeddingSettin
                                       embedding_scorer, new_embedder, prepare_run, score_map_stage,
                                       sentence_transformers_copy)
 from albertlm.train.finetune import FinetuneRecipe, TaskRun
+from albertlm.train.loop import unpadded
 from albertlm.train.scratch import (DEFAULT_BUDGET_MINUTES, ScratchRecipe, ScratchTarget, Trainable, recipe_flags,
                                     run_from_scratch)
 
@@ -129,7 +130,8 @@ class EmbedderTarget(ScratchTarget):
     def build(self, run: TaskRun, dev: Pairs, base_dir: Path, base: AlbertConfig, tokenizer, device: torch.device
               ) -> Trainable:
         model = new_embedder(run, base_dir, base, self.settings, device)
-        loss_fn, count_fn = embedding_objective(self.settings.objective, self.settings.similarity_scale)
+        loss_fn, count_fn = embedding_objective(self.settings.objective, self.settings.similarity_scale,
+                                                unpadded(run.recipe.unpad, model, device))
         return Trainable(model, model, loss_fn, count_fn,
                          embedding_scorer(run, dev, tokenizer, self.settings.pooling, device))
 
