@@ -318,27 +318,27 @@ def test_recipe_defaults_follow_table_14():
             FinetuneRecipe(**bad)
 
 
-def test_optimizer_and_precision_take_only_their_choices(capsys):
+def test_optimizer_precision_and_unpad_take_only_their_choices(capsys):
     """The Literal types are the one list: the library refuses anything else in one line naming the field, the
     flags list them in --help and argparse refuses others; the step settings share the precisions."""
     from albertlm.cli import build_parser, main
     from albertlm.train.loop import StepSettings
 
     for field, value, choices in (("optimizer", "sgd", "adamw, lamb"), ("precision", "auto", "fp32, bf16, fp16"),
-                                  ("precision", "FP32", "fp32, bf16, fp16")):
+                                  ("precision", "FP32", "fp32, bf16, fp16"), ("unpad", True, "auto, on, off")):
         with pytest.raises(AlbertlmError, match=rf"^{field} must be one of {choices}, got {value!r}$"):
             FinetuneRecipe(**{field: value})
     with pytest.raises(AlbertlmError, match=r"^precision 'fp64' is unknown; choose one of fp32, bf16, fp16$"):
         StepSettings(precision="fp64")
     required = ["finetune", "--task", "sst-2", "--model", "m", "--data", "d"]
-    args = build_parser().parse_args([*required, "--optimizer", "lamb", "--precision", "bf16"])
-    assert (args.optimizer, args.precision) == ("lamb", "bf16")
+    args = build_parser().parse_args([*required, "--optimizer", "lamb", "--precision", "bf16", "--unpad", "off"])
+    assert (args.optimizer, args.precision, args.unpad) == ("lamb", "bf16", "off")
     assert FinetuneRecipe(optimizer=args.optimizer, precision=args.precision).optimizer == "lamb"
     with pytest.raises(SystemExit):
         main([*required, "--help"])
     shown = capsys.readouterr().out
-    assert "{adamw,lamb}" in shown and "{fp32,bf16,fp16}" in shown
-    for flag, value in (("--optimizer", "sgd"), ("--precision", "fp64")):
+    assert "{adamw,lamb}" in shown and "{fp32,bf16,fp16}" in shown and "{auto,on,off}" in shown
+    for flag, value in (("--optimizer", "sgd"), ("--precision", "fp64"), ("--unpad", "yes")):
         with pytest.raises(SystemExit) as exc:
             build_parser().parse_args([*required, flag, value])
         assert exc.value.code == 2 and f"argument {flag}: invalid choice: '{value}'" in capsys.readouterr().err
