@@ -220,7 +220,8 @@ Weibo-NER 27.60 against 22.13 (two seeds, 1,350 training messages). A tagger lab
 its training set has far more labels to fit the larger model with; the sentence tasks lose with it (STS-B -1.72 Spearman, SST-2 -1.95, one seed each) and keep
 albert-tiny. Those F1 scores read each word's most probable tag; the tags are now decoded as the best
 well-formed sequence (tasks/ner.py, not part of the recipe), and the same command gives CoNLL-2003 74.91
-over 3 seeds."""
+over 3 seeds. Its training steps now compute the real tokens only (FinetuneRecipe.unpad, 2.3x faster on
+CoNLL-2003), so the budget holds the 10-epoch cap, and it gives 75.36 over 3 seeds in 25 minutes each."""
 
 
 # ---------------------------------------------------------------------------- the plan
