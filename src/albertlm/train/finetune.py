@@ -87,8 +87,9 @@ class FinetuneRecipe:
     """fp32, bf16 or fp16 (GPU)."""
     unpad: Unpad = "auto"
     """Training passes run the encoder on each batch's real tokens only, not on the padding to its longest
-    example: the same loss, less work for batches of mixed lengths (2.3x faster steps on CoNLL-2003 on 2 CPU
-    cores). auto: on a CPU (a GPU pads, as it is unmeasured there); on or off to choose."""
+    example: the same loss (dropout masks drawn differently), less work for batches of mixed lengths (2.3x
+    faster steps on CoNLL-2003 on 2 CPU cores). auto: on a CPU (a GPU pads, as it is unmeasured there); on or
+    off to choose."""
     eval_every: int | None = None
     """Evaluate on dev every N steps (default: 10 evaluations per run) and at the end."""
     eval_batch_size: int = 64

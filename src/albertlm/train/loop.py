@@ -42,7 +42,8 @@ def unpadded(setting: Unpad, model: nn.Module, device: torch.device) -> bool:
     Unpadded, the encoder computes each sequence's real tokens and nothing for the padding that a batch
     of mixed lengths carries to its longest: on 2 CPU cores a CoNLL-2003 step of albert-small takes
     0.26 s against 0.60 s padded (docs/finetuning.md). The values at real tokens are the padded pass's,
-    up to float rounding, so the loss is the same. "auto" unpads on a CPU only: on a GPU the attention
+    up to float rounding, so the loss is the same (with dropout on, its masks are drawn over the packed
+    tokens: the same in distribution, not step for step). "auto" unpads on a CPU only: on a GPU the attention
     then runs once per sequence, many small kernels, which no run here has timed against the padding
     they save. A model whose forward does not take `unpad` (`unpads` False: question answering, whose
     loss reads the padded positions' logits too) always runs padded.
