@@ -151,11 +151,13 @@ def token_distill_objective(temperature: float, alpha: float, unpad: bool = Fals
     words, the hard term over its tagged positions, both by global counts. With `unpad` the student's
     forward runs unpadded (heads.py), which leaves the logits at its tagged positions as they are.
     """
+    options = {"unpad": True} if unpad else {}
+
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float(batch["soft_mask"].sum()), "n_hard": float((batch["labels"] != IGNORE_INDEX).sum())}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, unpad=unpad).logits.float()  # [B, S, C]
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, **options).logits.float()  # [B, S, C]
         teacher = batch["teacher_logits"].float().transpose(1, 2)  # [B, S, C]
         soft = (_softmax_kl(logits, teacher, temperature) * batch["soft_mask"]).sum()  # [B, S] -> scalar
         hard = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
@@ -178,11 +180,13 @@ def distill_objective(problem_type: str, temperature: float, alpha: float, unpad
     """
     soft_fn, hard_fn = SOFT_TERMS[problem_type], HARD_TERMS[problem_type]
 
+    options = {"unpad": True} if unpad else {}
+
     def count(batch: dict[str, torch.Tensor]) -> dict[str, float]:
         return {"n": float(len(batch["input_ids"])), "n_hard": float(batch["hard_weight"].sum())}
 
     def loss_fn(model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]):
-        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, unpad=unpad).logits.float()  # [B, C]
+        logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}, **options).logits.float()  # [B, C]
         soft = soft_fn(logits, batch["teacher_logits"].float(), temperature)  # [B]
         hard = hard_fn(logits, batch["labels"]) * batch["hard_weight"]  # [B]; unlabelled rows weigh 0
         loss = alpha * soft.sum() / totals["n"] + (1 - alpha) * hard.sum() / max(totals["n_hard"], 1.0)
