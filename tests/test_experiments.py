@@ -44,3 +44,34 @@ def test_a_base_is_made_with_the_lever(tmp_path, capsys, monkeypatch):
                               "--set", "word_vectors=true"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["word_vectors"]["share"] > 0.5 and (tmp_path / "b" / "model.safetensors").exists()
+
+
+def test_an_ensemble_of_classifiers_is_scored_beside_its_members(tmp_path, capsys):
+    """Two tiny runs of different seeds (so different vocabularies) average; a model averaged with itself
+    scores what it scores alone; one model alone, or a tagger, is refused in one line."""
+    import dataclasses
+
+    from experiments import ensemble_dev
+    from albertlm.train import scratch
+
+    write_sst(tmp_path, random.Random(0))
+    small = dataclasses.replace(scratch.DEFAULT_RECIPE, name="test-small", preset="test", family_presets=(),
+                                probe_steps=3)
+    models = []
+    for seed in (0, 1):
+        recipe = small.with_finetune(seed=seed)
+        scratch.finetune_from_scratch("sst-2", tmp_path, tmp_path / f"m{seed}", 1.0, recipe, progress=False)
+        models.append(str(tmp_path / f"m{seed}"))
+    capsys.readouterr()
+    out = tmp_path / "ens.json"
+    args = ["--task", "sst-2", "--data", str(tmp_path), "--out", str(out)]
+    assert ensemble_dev.main([*args, "--model", models[0], "--model", models[1], "--model", models[0]]) == 0
+    result = json.loads(out.read_text())
+    alone = result["models"][models[0]]["accuracy"]
+    expected = json.loads((tmp_path / "m0" / "results.json").read_text())["best"]["accuracy"]
+    assert alone == expected  # scored as the run scored its best checkpoint
+    assert result["ensembles"][f"{models[0]} + {models[0]}"]["accuracy"] == alone
+    assert 0 <= result["ensembles"][f"{models[0]} + {models[1]}"]["accuracy"] <= 1
+    assert len(result["ensembles"]) == 4  # three pairs and the three together
+    assert ensemble_dev.main([*args, "--model", models[0]]) == 2
+    assert capsys.readouterr().err.strip() == "ensemble_dev: error: --model: give two or more fine-tuned models to average"

@@ -289,6 +289,39 @@ def test_too_little_text_for_word_vectors_keeps_the_random_table(tmp_path, one_t
     assert (tmp_path / "base" / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize("task", ["sst-2", "rte"])
+def test_label_coordinates_start_a_single_text_classifier_only(tmp_path, one_thread, task):
+    """label_vectors: a single-text classification task's base gets one coordinate from its two classes' labels
+    (the last one, leaning to the class a word marks); a pair task's vectors come from the text alone."""
+    write = write_sst if task == "sst-2" else write_rte
+    write(tmp_path, random.Random(0))
+    examples = get_task(task).read(tmp_path, "train", False)
+    lines = []
+    recipe = dataclasses.replace(SMALL, label_vectors=True)
+    _, record = scratch.make_base(examples, tmp_path / "base", recipe, 0, False, lines.append)
+    _, plain = scratch.make_base(examples, tmp_path / "plain", SMALL, 0, False, lambda line: None)
+    key = "albert.embeddings.word_embeddings.weight"
+    table = load_file(tmp_path / "base" / "model.safetensors")[key]
+    before = load_file(tmp_path / "plain" / "model.safetensors")[key]
+    assert record["word_vectors"]["rows"] == plain["word_vectors"]["rows"]
+    if task == "rte":
+        assert record["word_vectors"]["label_coordinates"] == 0 and torch.equal(table, before)
+        return
+    assert record["word_vectors"]["label_coordinates"] == 1
+    assert any("1 of 16 coordinates from the labels" in line for line in lines), lines
+    tok = load_tokenizer(tmp_path / "base")
+    from test_finetune import NEG, POS
+
+    lean = {w: float(table[tok.encode(w), -1].sum()) for w in POS + NEG}
+    assert min(lean[w] for w in POS) > max(lean[w] for w in NEG), lean
+    assert not torch.equal(table[:, -1], before[:, -1]) and torch.equal(table[:5], before[:5])
+
+
+def test_label_coordinates_need_word_vectors():
+    with pytest.raises(AlbertlmError, match="label_vectors starts coordinates of the word vectors: it needs"):
+        dataclasses.replace(SMALL, word_vectors=False, label_vectors=True)
+
+
 @pytest.mark.parametrize("cased", [False, True])
 def test_a_cased_vocabulary_keeps_the_case(tmp_path, one_thread, cased):
     """cased_families picks the vocabulary's case: the tokenizer's record and its pieces follow it."""

@@ -11,8 +11,8 @@ import torch
 
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer import Tokenizer, train_tokenizer
-from albertlm.train.word_vectors import (cooccurrence, fit_word_vectors, truncated_svd, word_vectors_from_ids,
-                                         write_rows)
+from albertlm.train.word_vectors import (cooccurrence, fit_word_vectors, label_ratios, truncated_svd,
+                                         word_vectors_from_ids, write_rows)
 from albertlm.vocab import NUM_SPECIAL
 
 V, E, STD = 60, 8, 0.02
@@ -131,3 +131,77 @@ def test_from_texts_through_a_tokenizer(tmp_path):
     assert result.vectors.shape == (tok.vocab_size, 16) and result.seconds > 0
     assert not result.initialised[list(tok.special_ids.excluded)].any()
     assert result.initialised[tok.encode("good movie")].all()
+
+
+# ---------------------------------------------------------------------------- label coordinates
+def test_label_ratios_lean_to_the_class_a_piece_is_seen_in():
+    """Two classes: one coordinate, the add-one smoothed log-odds ratio less the prior's."""
+    # piece 10 only in class-1 texts (5 times), 11 only in class 0 (once), 12 in both alike, 13 unlabelled
+    ids, offsets = packed([[10, 12], [10, 12], [10], [10], [10], [11, 12], [12], [13, 10]])
+    labels = np.array([1, 1, 1, 1, 1, 0, 0, -1])
+    r = label_ratios(ids, offsets, labels, 20, 2)
+    assert r.shape == (20, 1)
+    n1, n0 = 7, 3  # occurrences of labelled pieces in each class
+    prior = np.log((n1 + 1) / (n0 + 1))
+    assert r[10, 0] == pytest.approx(np.log(6 / 1) - prior)  # (5 + 1) / (0 + 1): the unlabelled 10 not counted
+    assert r[11, 0] == pytest.approx(np.log(1 / 2) - prior)
+    assert r[12, 0] == pytest.approx(np.log(3 / 3) - prior)
+    assert r[13, 0] == 0 and r[0, 0] == 0  # seen only without a label; never seen
+    assert r[10, 0] > 0 > r[11, 0]
+
+
+def test_label_ratios_of_several_classes_and_their_refusals():
+    ids, offsets = packed([[5], [5], [6], [7]])
+    r = label_ratios(ids, offsets, np.array([0, 0, 1, 2]), 10, 3)
+    assert r.shape == (10, 3) and r[5].argmax() == 0 and r[6].argmax() == 1 and r[7].argmax() == 2
+    for labels, classes in [(np.array([0, 1, 2]), 3), (np.array([0, 1, 2, 3]), 3), (np.array([0, 1, 1, -2]), 3),
+                            (np.array([0, 0, 0, 0]), 1)]:
+        with pytest.raises(AlbertlmError, match="label coordinates: 4 labels in"):
+            label_ratios(ids, offsets, labels, 10, classes)
+
+
+def lean_corpus(n: int = 600, seed: int = 0):
+    """corpus(): class 1 when the centre piece is a twin, 0 otherwise."""
+    ids, offsets = corpus(seed, n)
+    centre = ids[offsets[:-1] + 4]
+    return ids, offsets, np.isin(centre, TWINS).astype(np.int64)
+
+
+def test_label_coordinates_take_the_last_coordinates_at_the_strongest_scale():
+    ids, offsets, labels = lean_corpus()
+    plain = word_vectors_from_ids(ids, offsets, V, E, STD, torch.Generator().manual_seed(0),
+                                  excluded=range(NUM_SPECIAL))
+    result = word_vectors_from_ids(ids, offsets, V, E, STD, torch.Generator().manual_seed(0),
+                                   excluded=range(NUM_SPECIAL), labels=labels, classes=2)
+    assert torch.equal(result.initialised, plain.initialised)
+    filled = result.vectors[result.initialised]
+    svd, lean = filled[:, :-1], filled[:, -1]
+    assert svd.pow(2).mean().sqrt() == pytest.approx(STD, rel=1e-4)  # the text's part as before
+    assert lean.mean().abs() < 1e-6
+    assert lean.std(unbiased=False) == pytest.approx(svd.std(0, unbiased=False).max(), rel=1e-4)
+    v = result.vectors[:, -1]
+    assert v[TWINS[0]] > 0 and v[TWINS[1]] > 0 and v[LONER] < 0 and v[13] < 0  # the class each centre marks
+    # the SVD part is the same directions as a rank E-1 factorisation: the first of them unchanged but for scale
+    assert cosine(result.vectors[:, 0], plain.vectors[:, 0]) > 0.999
+
+
+def test_label_coordinates_leave_at_least_half_the_table_to_the_text():
+    ids, offsets, labels = lean_corpus()
+    with pytest.raises(AlbertlmError, match="at most half may be labels"):
+        word_vectors_from_ids(ids, offsets, V, 4, STD, torch.Generator().manual_seed(0), excluded=range(NUM_SPECIAL),
+                              labels=np.arange(len(labels)) % 3, classes=3)
+
+
+def test_label_coordinates_through_a_tokenizer_read_the_labelled_texts_only(tmp_path):
+    r = random.Random(0)
+    good, bad, neutral = "good great fine".split(), "bad awful poor".split(), "movie film plot story".split()
+    labels = [r.randrange(2) for _ in range(300)]
+    texts = [" ".join(r.choices((good if y else bad), k=2) + r.choices(neutral, k=6)) for y in labels]
+    train_tokenizer(texts, tmp_path, vocab_size=40, log=lambda line: None)
+    tok = Tokenizer.load(tmp_path)
+    extra = ["awful awful awful movie"] * 50  # unlabelled: counts for the SVD only
+    result = fit_word_vectors([*texts, *extra], tok, 16, STD, torch.Generator().manual_seed(0), labels=labels,
+                              classes=2)
+    lean = {w: float(result.vectors[tok.encode(w), -1].sum()) for w in good + bad + neutral}  # pieces are shared
+    assert all(lean[w] > 0 for w in good) and all(lean[w] < 0 for w in bad)
+    assert max(abs(lean[w]) for w in neutral) < min(abs(lean[w]) for w in good + bad) / 3

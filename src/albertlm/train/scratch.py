@@ -126,6 +126,11 @@ class ScratchRecipe:
     random rows; special tokens and pieces without a positive-PMI context keep theirs."""
     word_vector_window: int = 5
     """With word_vectors: pieces on each side that count as a piece's context."""
+    label_vectors: bool = False
+    """With word_vectors, on a single-text classification task: K of the word table's E coordinates
+    (1 for two classes, else one per class) start at each piece's smoothed log-ratio per class in the
+    training labels instead of the K weakest SVD directions (train/word_vectors.py, label coordinates).
+    Pairs, regression, multi-label and taggers keep the text's vectors alone."""
     ema_intervals: float = 0.0
     """Score and keep an exponential moving average of the weights (FinetuneRecipe.ema_decay) whose horizon
     1 / (1 - decay) is this many evaluation intervals of the plan; 0: no averaging. An ema_decay given
@@ -164,6 +169,8 @@ class ScratchRecipe:
             families = getattr(self, name)
             if not isinstance(families, tuple) or any(f not in SUPPORTED for f in families):
                 raise AlbertlmError(f"{name} must be a tuple of {', '.join(SUPPORTED)}, got {families!r}")
+        if self.label_vectors and not self.word_vectors:
+            raise AlbertlmError("label_vectors starts coordinates of the word vectors: it needs word_vectors")
         if self.ema_intervals < 0:
             raise AlbertlmError(f"ema_intervals must be 0 (no averaging) or more, got {self.ema_intervals}")
         if not (0 < self.length_quantile <= 1 and 0 <= self.warmup_share < 1 and 0 < self.eval_share < 1
@@ -424,6 +431,12 @@ def choose_seq_length(examples: Sequence, tokenizer, recipe: ScratchRecipe, posi
     return int(min(max(wanted, recipe.seq_length_min), recipe.seq_length_max, positions))
 
 
+def single_text_classes(examples: Sequence) -> bool:
+    """The examples are single texts, each with one class name: what label coordinates read."""
+    return bool(examples) and all(getattr(e, "text_b", True) is None and isinstance(getattr(e, "label", None), str)
+                                  for e in examples)
+
+
 def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: int, chinese: bool,
               log: Callable[[str], None], extra_texts: Sequence[str] = (), *, cased: bool = False
               ) -> tuple[AlbertConfig, dict[str, Any]]:
@@ -453,21 +466,30 @@ def make_base(train_ex: Sequence, base_dir: Path, recipe: ScratchRecipe, seed: i
     model = AlbertForPreTraining(config)
     vectors = None
     if recipe.word_vectors:
+        classes = sorted({e.label for e in train_ex}) if recipe.label_vectors and single_text_classes(train_ex) else []
+        if classes and 2 * (1 if len(classes) == 2 else len(classes)) > config.embedding_size:
+            log(f"label coordinates: {len(classes)} classes would take over half of the word table's "
+                f"{config.embedding_size} coordinates; the vectors come from the text alone")
+            classes = []
+        ids = {name: i for i, name in enumerate(classes)}
+        label_kw = {"labels": [ids[e.label] for e in train_ex], "classes": len(classes)} if classes else {}
         try:
             result = fit_word_vectors([*texts, *extra_texts], load_vocabulary(base_dir), config.embedding_size,
                                       config.initializer_range, torch.Generator().manual_seed(seed),
-                                      window=recipe.word_vector_window)
+                                      window=recipe.word_vector_window, **label_kw)
         except TooLittleText as e:  # a tiny training set: the table stays random, and the record says why
             vectors = {"skipped": str(e)}
             log(f"{e}: the word table stays random")
         else:
             write_rows(model.albert.embeddings.word.weight, result)  # the MLM decoder is tied to it
+            k = (1 if len(classes) == 2 else len(classes)) if classes else 0
             vectors = {"seconds": round(result.seconds, 3), "window": recipe.word_vector_window,
                        "rows": int(result.initialised.sum()), "share": round(result.share, 4), "pairs": result.pairs,
-                       "unlabelled_texts": len(extra_texts)}
+                       "unlabelled_texts": len(extra_texts), "label_coordinates": k}
             source = f" and {len(extra_texts):,} unlabelled sentences" if extra_texts else ""
+            labelled = f", {k} of {config.embedding_size} coordinates from the labels" if k else ""
             log(f"word vectors: {vectors['rows']:,} of {trained.vocab_size:,} rows ({100 * result.share:.1f}%) from "
-                f"PPMI-SVD of the training text{source} in {result.seconds:.1f} s")
+                f"PPMI-SVD of the training text{source}{labelled} in {result.seconds:.1f} s")
     start = time.perf_counter()
     model.save_pretrained(base_dir)
     record = {"vocab_size": trained.vocab_size, "requested_vocab_size": wanted, "language": "zh" if chinese else "en",

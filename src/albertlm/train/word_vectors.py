@@ -18,8 +18,23 @@ embeddings") take seconds to compute from it:
      per coordinate: that keeps sqrt(S)'s ranking of the directions.
 
 Pieces without a positive-PMI context (never seen, only alone, or only beside pieces that are
-everywhere) and the special tokens keep their random rows. Knows no model: it returns a table and
-the rows it fills (`write_rows` copies them into a word-embedding table).
+everywhere) and the special tokens keep their random rows.
+
+Label coordinates (optional, `labels`): for a single-text classification task the training labels say
+which class each piece leans to, as Naive Bayes reads them. K of the E coordinates (K = 1 for two classes,
+else one per class) then carry each piece's smoothed log-ratio instead of the K weakest SVD directions:
+
+  r_c(w) = log((n_wc + 1) / (n_w + C)) - log((N_c + 1) / (N + C)),
+
+n_wc the occurrences of piece w in texts of class c, n_w = sum_c n_wc, N_c and N the same over all
+pieces (add-one smoothing: a piece seen once leans little, a piece seen often in one class leans
+far). Two classes give the one coordinate r_1 - r_0, the log-odds ratio. Each label coordinate is
+centred and scaled to the std of the strongest SVD coordinate, so that it enters the model as strongly
+as the text's main direction does. They are the start of the word table, trained like every other
+weight: the model that comes out is a plain ALBERT, with no counts kept beside it.
+
+Knows no model: it returns a table and the rows it fills (`write_rows` copies them into a word-embedding
+table).
 """
 
 from __future__ import annotations
@@ -161,19 +176,52 @@ def truncated_svd(matrix: torch.Tensor, rank: int, generator: torch.Generator,
     return U, S[:rank]
 
 
+def label_ratios(ids: np.ndarray, offsets: np.ndarray, labels: np.ndarray, vocab_size: int, classes: int
+                 ) -> np.ndarray:
+    """Each piece's smoothed log-ratio per class (the module docstring's r_c(w)).
+
+    Args:
+        ids, offsets: the corpus (`cooccurrence`).
+        labels: int [N], the class id of each text, in [0, classes), or -1 for a text without a label
+            (unlabelled text: it counts for nothing here).
+        vocab_size: V.
+        classes: C, at least 2.
+    Returns:
+        float64 [V, K]: K = 1 (r_1 - r_0) for two classes, else K = C (r_c); 0 for a piece never seen.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    lengths = np.diff(np.asarray(offsets, dtype=np.int64))
+    if len(labels) != len(lengths) or classes < 2 or (len(labels) and (labels.min() < -1 or labels.max() >= classes)):
+        raise AlbertlmError(f"label coordinates: {len(lengths)} labels in [0, {classes}) (or -1: none) are needed, "
+                            f"one per text; got {len(labels)}")
+    label_of = np.repeat(labels, lengths)  # [T]
+    keep = label_of >= 0
+    piece_class = label_of[keep] + classes * np.asarray(ids, dtype=np.int64)[keep]
+    counts = np.bincount(piece_class, minlength=vocab_size * classes).reshape(vocab_size, classes).astype(np.float64)
+    seen = counts.sum(1) > 0
+    totals = counts.sum(0)
+    prior = np.log((totals + 1) / (totals.sum() + classes))  # [C]
+    ratios = np.log((counts + 1) / (counts.sum(1, keepdims=True) + classes)) - prior
+    ratios[~seen] = 0.0
+    return ratios[:, 1:] - ratios[:, :1] if classes == 2 else ratios
+
+
 def word_vectors_from_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int, dim: int, std: float,
                           generator: torch.Generator, *, excluded: Sequence[int] = (), window: int = DEFAULT_WINDOW,
-                          alpha: float = CONTEXT_ALPHA, shift: float = 1.0) -> WordVectors:
+                          alpha: float = CONTEXT_ALPHA, shift: float = 1.0, labels: np.ndarray | None = None,
+                          classes: int = 0) -> WordVectors:
     """PPMI-SVD vectors of a packed corpus, scaled to a random init's std.
 
     Args:
         ids, offsets: the corpus (`cooccurrence`).
         vocab_size, dim: V and E of the table to fill.
         std: the init's std (config.initializer_range): the filled rows get mean 0 per coordinate
-            and this std over all their entries.
+            and this std over all their SVD coordinates' entries.
         generator: the SVD's random start (the only random choice).
         excluded: ids never counted and never filled (special tokens).
         window, alpha, shift: as in `cooccurrence` and `ppmi`.
+        labels, classes: the class id of each text and the number of classes, for label coordinates
+            (the module docstring; `label_ratios`); None: the SVD fills all E coordinates.
     Returns:
         WordVectors.
     Raises:
@@ -193,20 +241,32 @@ def word_vectors_from_ids(ids: np.ndarray, offsets: np.ndarray, vocab_size: int,
                             f"{window} pieces (at least 2 are needed); it is too small to learn vectors from")
     matrix = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, cols])), torch.from_numpy(values).float(),
                                      (vocab_size, vocab_size), check_invariants=True).coalesce()
-    rank = min(dim, vocab_size)
+    ratios = None if labels is None else torch.from_numpy(label_ratios(ids, offsets, labels, vocab_size, classes))
+    k = 0 if ratios is None else ratios.shape[1]
+    if k and not 2 * k <= dim:
+        raise AlbertlmError(f"label coordinates: {k} of them leave too few of the {dim} coordinates for the text's "
+                            "vectors (at most half may be labels)")
+    rank = min(dim - k, vocab_size)
     U, S = truncated_svd(matrix, rank, generator)
     vectors = torch.zeros(vocab_size, dim)
-    vectors[:, :rank] = U * S.sqrt()  # [V, rank]; further columns (E > V) stay 0
+    vectors[:, :rank] = U * S.sqrt()  # [V, rank]; further columns (E - K > V) stay 0
     mask = torch.from_numpy(initialised)
     filled = vectors[mask] - vectors[mask].mean(0)  # [n, E], each coordinate centred
-    scale = std / filled.pow(2).mean().sqrt().clamp_min(1e-30)
+    text = filled[:, :dim - k]
+    filled[:, :dim - k] = text * (std / text.pow(2).mean().sqrt().clamp_min(1e-30))
+    if k:
+        lean = ratios[mask].float()
+        lean = lean - lean.mean(0)
+        strongest = filled[:, :dim - k].std(0, unbiased=False).max()
+        filled[:, dim - k:] = lean * (strongest / lean.std(0, unbiased=False).clamp_min(1e-30))
     vectors = torch.zeros_like(vectors)
-    vectors[mask] = filled * scale
+    vectors[mask] = filled
     return WordVectors(vectors=vectors, initialised=mask, pairs=len(values), seconds=time.perf_counter() - start)
 
 
 def fit_word_vectors(texts: Sequence[str], tokenizer, dim: int, std: float, generator: torch.Generator, *,
-                     window: int = DEFAULT_WINDOW) -> WordVectors:
+                     window: int = DEFAULT_WINDOW, labels: Sequence[int] | None = None, classes: int = 0
+                     ) -> WordVectors:
     """PPMI-SVD word vectors of some texts in a tokenizer's pieces (`word_vectors_from_ids`).
 
     Args:
@@ -214,13 +274,21 @@ def fit_word_vectors(texts: Sequence[str], tokenizer, dim: int, std: float, gene
         tokenizer: a Vocabulary (tokenizer/base.py): its encode_batch_packed, vocab_size and
             special_ids (never filled).
         dim, std, generator, window: as `word_vectors_from_ids`.
+        labels, classes: the class ids of the first len(labels) texts (the labelled ones; texts after
+            them, unlabelled, count for the SVD only) and the number of classes, for label coordinates.
     Returns:
         WordVectors, `seconds` counting the encoding too.
     """
     start = time.perf_counter()
     ids, _, offsets = tokenizer.encode_batch_packed(list(texts), word_starts=False)
+    label_kw = {}
+    if labels is not None:  # the ratios read the labelled texts only
+        n = len(labels)
+        label_kw = {"labels": np.asarray(labels), "classes": classes}
+        if n < len(offsets) - 1:
+            label_kw["labels"] = np.concatenate([np.asarray(labels, dtype=np.int64), np.full(len(offsets) - 1 - n, -1)])
     result = word_vectors_from_ids(ids, offsets, tokenizer.vocab_size, dim, std, generator,
-                                   excluded=tokenizer.special_ids.excluded, window=window)
+                                   excluded=tokenizer.special_ids.excluded, window=window, **label_kw)
     return WordVectors(vectors=result.vectors, initialised=result.initialised, pairs=result.pairs,
                        seconds=time.perf_counter() - start)
 
