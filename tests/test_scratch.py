@@ -403,6 +403,17 @@ def test_a_family_s_preset_replaces_the_recipe_s():
             ScratchRecipe(name="x", family_presets=bad)
 
 
+def test_a_family_s_longest_max_length_replaces_the_recipe_s():
+    """Taggers keep 128 (their long sentences are chunked), the sentence tasks take 256 (a cut review is lost text)."""
+    tagger, sentences = DEFAULT_RECIPE.for_family("ner"), DEFAULT_RECIPE.for_family("classification")
+    assert (tagger.seq_length_max, sentences.seq_length_max) == (128, 256)
+    assert tagger.family_seq_length_max == sentences.family_seq_length_max == ()  # what results.json records
+    for bad in ((("tagging", 128),), (("ner", 32),), (("ner", 128), ("ner", 96)), (("ner", "128"),),
+                (("ner", True),), ("ner", 128), [("ner", 128)]):
+        with pytest.raises(AlbertlmError, match="family_seq_length_max must be .family, length. pairs"):
+            ScratchRecipe(name="x", family_seq_length_max=bad)
+
+
 def test_a_family_s_preset_trains_that_shape_end_to_end(tmp_path, one_thread, monkeypatch):
     """A tagging task trains the preset family_presets names for it, from the command line's default recipe."""
     monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, preset="albert-tiny",
@@ -555,6 +566,11 @@ def test_seq_length_comes_from_the_data():
     assert scratch.choose_seq_length(middle, Pieces(), DEFAULT_RECIPE, 512) == 96  # 72 pieces, to a multiple of 32
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 512) == 128
     assert scratch.choose_seq_length(long, Pieces(), DEFAULT_RECIPE, 64) == 64  # the model's positions
+    review = [TextExample(str(i), "x" * (150 + i)) for i in range(100)]  # 95% hold 247 pieces: 256
+    assert scratch.choose_seq_length(review, Pieces(), DEFAULT_RECIPE, 512) == 256
+    book = [TextExample(str(i), "x" * 1000) for i in range(100)]
+    assert scratch.choose_seq_length(book, Pieces(), DEFAULT_RECIPE, 512) == DEFAULT_RECIPE.seq_length_max == 256
+    assert scratch.choose_seq_length(book, Pieces(), DEFAULT_RECIPE.for_family("ner"), 512) == 128  # a tagger's cap
 
 
 @pytest.mark.parametrize("limited_by,improving", [("budget", True), ("epochs", True), ("examples", True),
