@@ -267,6 +267,84 @@ def test_refusals_are_one_line(world, tmp_path):
     assert not any((tmp_path / f"o{i}").exists() for i in range(1, 10))  # refused before writing anything
 
 
+# ---------------------------------------------------------------------------- an ensemble of teachers
+def test_ensemble_targets_are_the_mean_distribution():
+    r = np.random.default_rng(0)
+    t, T = r.normal(size=(5, 3, 4)) * 3, 2.0  # 5 rows, 3 teachers, 4 classes
+    rows = t.reshape(5, 12).astype(np.float32)
+    target = distill_module.ensemble_targets(rows, 3, "single_label_classification", T)
+    mean = torch.softmax(torch.tensor(t) / T, -1).mean(1)
+    assert target.shape == (5, 4)
+    assert np.allclose(torch.softmax(torch.tensor(target, dtype=torch.float64) / T, -1), mean, atol=1e-5)
+    # not the mean of the logits: that is the normalised geometric mean, another distribution
+    assert not np.allclose(torch.softmax(torch.tensor(t.mean(1)) / T, -1), mean, atol=1e-3)
+    labels = distill_module.ensemble_targets(rows, 3, "multi_label_classification", T)
+    assert np.allclose(torch.sigmoid(torch.tensor(labels, dtype=torch.float64) / T),
+                       torch.sigmoid(torch.tensor(t) / T).mean(1), atol=1e-5)
+    scores = distill_module.ensemble_targets(r.normal(size=(5, 2)).astype(np.float32), 2, "regression", T)
+    assert scores.shape == (5, 1)
+    assert distill_module.ensemble_targets(rows, 1, "single_label_classification", T) is rows  # one: as it is
+
+
+def test_an_ensemble_teaches_the_mean_of_its_members(world, tmp_path, capsys):
+    """Two teachers of one tokenizer: their logits are cached side by side, each as it is alone, and the
+    student is taught their mean; a rerun reads the cache, the config names both, bad ensembles are refused."""
+    second = tmp_path / "teacher-2"
+    finetune("sst-2", world["pretrained"], world["data"], second,
+             FinetuneRecipe(steps=40, eval_every=40, seed=1, **RECIPE), progress=False)
+    recipe = FinetuneRecipe(steps=4, **RECIPE)
+    alone = [distill("sst-2", t, "test", world["data"], tmp_path / f"alone-{i}", recipe, progress=False)
+             for i, t in enumerate((world["teacher"], second))]
+    assert all(not a["distillation"]["teacher_logits_cached"] for a in alone)
+    both = distill("sst-2", [world["teacher"], second], "test", world["data"], tmp_path / "both", recipe,
+                   progress=False)
+    from safetensors.numpy import load_file
+
+    columns = load_file(str(tmp_path / "both" / distill_module.TEACHER_CACHE))["logits"]
+    singles = [load_file(str(tmp_path / f"alone-{i}" / distill_module.TEACHER_CACHE))["logits"] for i in range(2)]
+    assert columns.shape == (240, 4) and np.allclose(columns, np.concatenate(singles, axis=1), atol=1e-5)
+    assert not np.allclose(singles[0], singles[1], atol=1e-2)  # two different teachers
+    d = both["distillation"]
+    assert d["teachers"] == [str(world["teacher"]), str(second)] and len(set(d["teacher_fingerprints"])) == 2
+    config = json.loads((tmp_path / "both" / "config.json").read_text())["albertlm_distillation"]
+    assert config["teachers"] == d["teachers"]
+    # the same teachers in another order are another cache key
+    swapped = distill("sst-2", [second, world["teacher"]], "test", world["data"], tmp_path / "both", recipe,
+                      progress=False)
+    assert not swapped["distillation"]["teacher_logits_cached"]
+    code = main(["distill", "--teacher", str(second), "--teacher", str(world["teacher"]), "--student", "test",
+                 "--task", "sst-2", "--data", str(world["data"]), "--out", str(tmp_path / "both"), "--steps", "4",
+                 "--batch-size", "16", "--max-seq-length", "32", "--no-progress", "--device", "cpu"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "distilled from the mean of" in printed and "teacher logits from the cache" in printed
+    # the soft targets are the members' mean distribution at T
+    T = 2.0
+    mean = torch.softmax(torch.tensor(singles[1]) / T, -1) / 2 + torch.softmax(torch.tensor(singles[0]) / T, -1) / 2
+    target = distill_module.ensemble_targets(np.concatenate(singles[::-1], axis=1), 2, "single_label_classification", T)
+    assert np.allclose(torch.softmax(torch.tensor(target) / T, -1), mean, atol=1e-5)
+    # refusals: one directory twice, a member of another tokenizer
+    with pytest.raises(AlbertlmError, match="the same directory is given twice"):
+        distill("sst-2", [second, second], "test", world["data"], tmp_path / "x1", recipe, progress=False)
+    other = _pretrained(tmp_path / "other-vocab", 80, seed=5)
+    finetune("sst-2", other, world["data"], tmp_path / "other-teacher", FinetuneRecipe(steps=2, **RECIPE),
+             progress=False)
+    with pytest.raises(AlbertlmError, match="tokenize differently.*share one tokenizer"):
+        distill("sst-2", [second, tmp_path / "other-teacher"], "test", world["data"], tmp_path / "x2", recipe,
+                progress=False)
+    import shutil
+
+    swapped_classes = tmp_path / "teacher-swapped"
+    shutil.copytree(second, swapped_classes)
+    config = json.loads((swapped_classes / "config.json").read_text())
+    config["id2label"] = {"0": config["id2label"]["1"], "1": config["id2label"]["0"]}
+    config["label2id"] = {v: int(k) for k, v in config["id2label"].items()}
+    (swapped_classes / "config.json").write_text(json.dumps(config))
+    with pytest.raises(AlbertlmError, match="its classes are 1, 0, the first teacher's 0, 1"):
+        distill("sst-2", [second, swapped_classes], "test", world["data"], tmp_path / "x3", recipe, progress=False)
+    assert not any((tmp_path / f"x{i}").exists() for i in (1, 2, 3))
+
+
 # ---------------------------------------------------------------------------- the command
 def test_cli_end_to_end(world, tmp_path, capsys):
     tf = pytest.importorskip("transformers")

@@ -17,7 +17,9 @@ def distill_args(p: argparse.ArgumentParser) -> None:
     from albertlm.train.distill import DistillSettings
     from albertlm.train.finetune import FinetuneRecipe
 
-    p.add_argument("--teacher", required=True, metavar="DIR", help="the teacher: a fine-tuned model directory")
+    p.add_argument("--teacher", required=True, metavar="DIR", action="append",
+                   help="the teacher: a fine-tuned model directory; repeat it for an ensemble, which teaches the mean "
+                   "of its members' distributions at --temperature (they must share one tokenizer and the classes)")
     p.add_argument("--student", required=True, metavar="PRESET_OR_DIR", help="a preset (e.g. albert-mini, test: "
                    "random weights, the teacher's tokenizer) or a pretrained directory with the teacher's vocabulary")
     p.add_argument("--task", required=True, help="the task the teacher was fine-tuned on (sequence classification, "
@@ -42,7 +44,9 @@ def distill_run(args: argparse.Namespace) -> int:
                       device=args.device, progress=not args.no_progress)
     print(format_results(results))
     d = results["distillation"]
-    print(f"distilled from {d['teacher']} (T={d['temperature']:g}, alpha={d['alpha']:g}"
+    teachers = d["teachers"]
+    print(f"distilled from {teachers[0] if len(teachers) == 1 else 'the mean of ' + ', '.join(teachers)} "
+          f"(T={d['temperature']:g}, alpha={d['alpha']:g}"
           + (f", {d['unlabelled_features']:,} unlabelled examples" if d["unlabelled"] else "")
           + ("; teacher logits from the cache" if d["teacher_logits_cached"] else "") + ")")
     return 0

@@ -22,10 +22,18 @@ soft term is averaged over all training features, the hard term over the labelle
 unlabelled in-domain text (one text, or `text_a<TAB>text_b`, per line) adds examples that only
 the teacher labels. With alpha = 0 and no unlabelled text the run is plain fine-tuning.
 
+Several teachers (an ensemble: fine-tuned runs of one task that tokenize alike and share the class
+names) teach as one: the soft target is the mean of their distributions at temperature T, the
+ensemble experiments/ensemble_dev.py scores at T = 1 (for regression, the mean of their outputs;
+for multi-label, the mean of each label's probability). It is stored as logits z = T log(mean p), so
+the objective above reads it unchanged: softmax(z / T) is the mean. One teacher's logits are used as
+they are.
+
 The teacher runs once per input: its logits are cached in the output directory
 (`teacher_logits.safetensors`, rows in feature order) under a fingerprint of the teacher's files,
 every feature's pieces and the input settings, with a sha256 of the rows themselves. A changed
-teacher, data file or max length computes them anew; a rerun of a stopped run (same inputs) reads
+teacher, data file or max length computes them anew (several teachers: one file, their logits side by
+side in the order given, under a key of all their fingerprints); a rerun of a stopped run (same inputs) reads
 them back once their sha256 and finiteness are checked (a cache that fails is computed again, with a
 warning). The student itself restarts from step 0 (fine-tuning keeps no training checkpoints). A
 student directory must tokenize exactly as the teacher: the same vocabulary and settings.
@@ -37,6 +45,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -196,7 +205,36 @@ def distill_objective(problem_type: str, temperature: float, alpha: float, unpad
     return loss_fn, count
 
 
+def ensemble_targets(rows: np.ndarray, teachers: int, problem_type: str, temperature: float) -> np.ndarray:
+    """One soft target per row from `teachers` teachers' logits side by side ([R, teachers * C] -> [R, C]).
+
+    Classification (single-label, and every token of a tagger): T * log of the mean of the teachers'
+    softmax(t / T), so softmax(target / T) is that mean. Multi-label: T * logit of the mean of each
+    label's sigmoid(t / T). Regression: the mean output. One teacher: its logits unchanged.
+    """
+    if teachers == 1:
+        return rows
+    t = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).double()
+    t = t.reshape(len(rows), teachers, -1)  # [R, n, C]
+    if problem_type == "regression":
+        out = t.mean(1)
+    elif problem_type == "multi_label_classification":
+        p = torch.sigmoid(t / temperature).mean(1).clamp(1e-12, 1 - 1e-12)
+        out = temperature * torch.logit(p)
+    else:
+        out = temperature * (torch.logsumexp(torch.log_softmax(t / temperature, -1), 1) - math.log(teachers))
+    return out.float().numpy()
+
+
 # ---------------------------------------------------------------------------- the teacher's outputs
+def teachers_fingerprint(prints: Sequence[str]) -> str:
+    """The key part that names the teachers: one teacher's fingerprint as it is (its caches stay valid),
+    several teachers' as a sha256 of theirs in order."""
+    if len(prints) == 1:
+        return prints[0]
+    return hashlib.sha256("\0".join(["ensemble", *prints]).encode()).hexdigest()
+
+
 def teacher_fingerprint(teacher_dir: str | Path) -> str:
     """sha256 over the teacher's config.json and weight files (a sharded index and its shards included)."""
     folder = Path(teacher_dir)
@@ -269,36 +307,43 @@ def _distrust(path: Path, why: str) -> None:
     return None
 
 
-def teacher_logits(teacher: nn.Module, spec: TaskSpec, features: Sequence[Feature], key: str, cache: Path,
-                   batch_size: int, device: torch.device, where: str = "--teacher") -> tuple[list[np.ndarray], bool]:
+def teacher_logits(teacher: nn.Module | Sequence[nn.Module], spec: TaskSpec, features: Sequence[Feature], key: str,
+                   cache: Path, batch_size: int, device: torch.device, where: str | Sequence[str] = "--teacher"
+                   ) -> tuple[list[np.ndarray], bool]:
     """The teacher's logits for every feature, from the cache when its key matches, else computed and cached.
 
     Args:
-        teacher: the fine-tuned teacher, on `device`.
+        teacher: the fine-tuned teacher, on `device`, or several (their logits side by side, in order:
+            [num_labels * teachers] a row).
         spec: the task (its family's outputs).
         features: the student's training features, in order.
         key: inputs_fingerprint of those features.
         cache: the cache file (written atomically).
         batch_size: features per teacher forward pass.
         device: the torch device.
-        where: how messages name the teacher (`--teacher DIR`).
+        where: how messages name the teacher (`--teacher DIR`), one name per teacher.
     Returns:
         (one float32 array per feature: [num_labels], or [S_feature, num_labels] for token
         classification; whether they came from the cache). The file holds them as one matrix,
         per-token rows concatenated in feature order.
     """
+    models = [teacher] if isinstance(teacher, nn.Module) else list(teacher)
+    names = [where] if isinstance(where, str) else list(where)
     per_position = spec.family.per_position
     lengths = [len(f) for f in features] if per_position else [1] * len(features)
-    shape = (sum(lengths), teacher.config.num_labels)
+    shape = (sum(lengths), sum(m.config.num_labels for m in models))
     logits = _read_cache(cache, key, shape)
     cached = logits is not None
     if not cached:
         from safetensors.numpy import save_file
 
-        outputs = run_features(teacher, spec, list(features), batch_size, device)
-        check_finite_outputs(outputs, spec, where)  # before anything is cached or taught
-        rows = outputs["logits"]
-        logits = (np.concatenate(rows) if per_position else np.stack(rows)).astype(np.float32)
+        columns = []
+        for model, name in zip(models, names):
+            outputs = run_features(model, spec, list(features), batch_size, device)
+            check_finite_outputs(outputs, spec, name)  # before anything is cached or taught
+            rows = outputs["logits"]
+            columns.append((np.concatenate(rows) if per_position else np.stack(rows)).astype(np.float32))
+        logits = np.concatenate(columns, axis=1) if len(columns) > 1 else columns[0]
         with atomic_path(cache) as tmp:
             save_file({"logits": logits}, str(tmp), metadata={"fingerprint": key, "features": str(len(features)),
                                                               "sha256": _logits_sha256(logits)})
@@ -316,6 +361,28 @@ def load_teacher(teacher_dir: str | Path, spec: TaskSpec, device: torch.device, 
     loaded = load_model_dir(teacher_dir, device=device)
     labels = task_labels(f"--teacher {teacher_dir}", loaded.config, loaded.arch, spec, data_dir)
     return loaded.model, loaded.config, loaded.tokenizer, labels
+
+
+def load_teachers(teacher_dirs: Sequence[str | Path], spec: TaskSpec, device: torch.device,
+                  data_dir: str | Path | None = None):
+    """(the teachers in eval mode, the first one's config, tokenizer and class names): load_teacher for
+    each, after checking that every later one tokenizes as the first (`tokenizer_difference`: the cached
+    logits and the student read one piece sequence) and has its class names in the same order (the mean
+    of their distributions is taken class by class)."""
+    first, config, tokenizer, labels = load_teacher(teacher_dirs[0], spec, device, data_dir)
+    models = [first]
+    for other in teacher_dirs[1:]:
+        model, _, tok, names = load_teacher(other, spec, device, data_dir)
+        differs = tokenizer_difference(Path(other), Path(teacher_dirs[0]), tok, tokenizer)
+        if differs is not None:
+            raise AlbertlmError(f"--teacher {other} and --teacher {teacher_dirs[0]} tokenize differently ({differs}); "
+                                "an ensemble's teachers must share one tokenizer")
+        if list(names or ()) != list(labels or ()):
+            raise AlbertlmError(f"--teacher {other}: its classes are {', '.join(map(str, names or ()))}, the first "
+                                f"teacher's {', '.join(map(str, labels or ()))}; an ensemble's teachers must share them "
+                                "in one order")
+        models.append(model)
+    return models, config, tokenizer, labels
 
 
 TOKENIZER_VOCABULARY = ("model_proto", "pieces")
@@ -397,7 +464,7 @@ def unlabelled_features(path: str | Path, run: TaskRun, tokenizer) -> list[Featu
 
 
 # ---------------------------------------------------------------------------- the run
-def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
+def distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path], student: str, data_dir: str | Path,
             out_dir: str | Path, recipe: FinetuneRecipe | None = None, settings: DistillSettings | None = None, *,
             device: str | torch.device = "cpu", progress: bool = True) -> dict[str, Any]:
     """Distil a fine-tuned teacher into a student on a sequence classification, regression or token
@@ -405,7 +472,8 @@ def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_di
 
     Args:
         task: a task name (tasks/registry.py) or a TaskSpec; the teacher must be fine-tuned for it.
-        teacher_dir: the teacher's fine-tuned directory.
+        teacher_dir: the teacher's fine-tuned directory, or several (an ensemble that teaches the mean of
+            its distributions at T; they must tokenize alike and share the class names).
         student: a preset name (config.PRESETS; random weights, the teacher's tokenizer) or a
             pretrained model directory with the teacher's vocabulary.
         data_dir: the task's data directory (train and dev files).
@@ -416,8 +484,9 @@ def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_di
         device: torch device ("cpu", "cuda", "auto").
         progress: show a progress bar.
     Returns:
-        Fine-tuning's results plus "distillation": teacher path and fingerprint, T, alpha, the
-        unlabelled file and count, whether the teacher's logits came from the cache.
+        Fine-tuning's results plus "distillation": the teacher paths and fingerprints ("teacher" and
+        "teacher_fingerprint" name the first, or the only one), T, alpha, the unlabelled file and
+        count, whether the teacher's logits came from the cache.
     """
     device = resolve_device(device)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), contextlib.ExitStack() as held:
@@ -425,7 +494,7 @@ def distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_di
                         settings or DistillSettings(), device=device, progress=progress, held=held)
 
 
-def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_dir: str | Path,
+def _distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path], student: str, data_dir: str | Path,
              out_dir: str | Path, recipe: FinetuneRecipe, settings: DistillSettings, *, device: torch.device,
              progress: bool, held: contextlib.ExitStack) -> dict[str, Any]:
     """distill()'s body, run inside a fork of torch's global generator (it seeds it); the claim of --out is
@@ -441,13 +510,19 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
         raise AlbertlmError("--pooler-reinit: a distillation student keeps the pooler it starts with (a preset "
                             "student's is random already)")
     check_head_options(spec, recipe)
-    teacher, t_config, tokenizer, labels = load_teacher(teacher_dir, spec, device, data_dir)
+    teacher_dirs = [teacher_dir] if isinstance(teacher_dir, (str, Path)) else list(teacher_dir)
+    if not teacher_dirs:
+        raise AlbertlmError("--teacher: give one fine-tuned model directory, or several")
+    if len({Path(t).resolve() for t in teacher_dirs}) < len(teacher_dirs):
+        raise AlbertlmError("--teacher: the same directory is given twice; an ensemble's teachers are distinct runs")
+    teachers, t_config, tokenizer, labels = load_teachers(teacher_dirs, spec, device, data_dir)
+    teacher_dir = teacher_dirs[0]
     base, student_dir = student_base(student, teacher_dir, t_config, tokenizer, settings)
-    inputs = {"--teacher": teacher_dir, "--data": data_dir, "--unlabelled": settings.unlabelled,
-              **({"--student": student_dir} if student_dir else {})}
+    inputs = [*(("--teacher", t) for t in teacher_dirs), ("--data", data_dir), ("--unlabelled", settings.unlabelled),
+              *((("--student", student_dir),) if student_dir else ())]
     out = output_dir(out_dir, "distill", inputs)
     out_dir = out.path
-    positions = min(base.max_position_embeddings, t_config.max_position_embeddings)
+    positions = min(base.max_position_embeddings, *(t.config.max_position_embeddings for t in teachers))
     if recipe.max_seq_length is not None and recipe.max_seq_length > positions:
         raise AlbertlmError(f"--max-seq-length {recipe.max_seq_length}: the teacher or the student has only "
                             f"{positions} positions")
@@ -460,17 +535,24 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
             f.inputs["hard_weight"] = np.float32(0.0)
     run = dataclasses.replace(run, train_f=run.train_f + extra, recipe=recipe.resolve(spec, len(run.train_f) + len(extra)))
 
-    t_print = teacher_fingerprint(teacher_dir)
-    record = {"teacher": str(teacher_dir), "teacher_fingerprint": t_print, "temperature": settings.temperature,
+    prints = [teacher_fingerprint(t) for t in teacher_dirs]
+    record = {"teacher": str(teacher_dir), "teacher_fingerprint": prints[0], "teachers": [str(t) for t in teacher_dirs],
+              "teacher_fingerprints": prints, "temperature": settings.temperature,
               "alpha": settings.alpha, "student": str(student), "student_layers": settings.student_layers,
               "student_hidden": settings.student_hidden, "unlabelled": settings.unlabelled,
               "unlabelled_features": len(extra)}
     held.enter_context(out.claim())
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
-    key = inputs_fingerprint(t_print, run.train_f, run.settings)
-    logits, cached = teacher_logits(teacher, spec, run.train_f, key, out_dir / TEACHER_CACHE,
-                                    run.recipe.eval_batch_size, device, where=f"--teacher {teacher_dir}")
-    del teacher  # the student trains alone
+    key = inputs_fingerprint(teachers_fingerprint(prints), run.train_f, run.settings)
+    logits, cached = teacher_logits(teachers, spec, run.train_f, key, out_dir / TEACHER_CACHE,
+                                    run.recipe.eval_batch_size, device, where=[f"--teacher {t}" for t in teacher_dirs])
+    del teachers  # the student trains alone
+    if len(teacher_dirs) > 1:  # one matrix of rows (a feature, or a token), the teachers side by side
+        problem = "single_label_classification" if spec.family.token_level else spec.problem_type
+        rows = np.concatenate(logits) if spec.family.per_position else np.stack(logits)
+        mean = ensemble_targets(rows, len(teacher_dirs), problem, settings.temperature)
+        logits = (np.split(mean, np.cumsum([len(r) for r in logits])[:-1]) if spec.family.per_position
+                  else list(mean))
     for f, row in zip(run.train_f, logits):
         f.inputs["teacher_logits"] = np.ascontiguousarray(row.T) if spec.family.token_level else row  # [C, S]
         if spec.family.token_level:
@@ -479,8 +561,9 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path, student: str, data_d
 
     torch.manual_seed(run.recipe.seed)
     config = head_config(spec, base, run.labels, run.recipe, run.settings)
-    config = config.replace(extra={**config.extra, "albertlm_distillation": {
-        k: record[k] for k in ("teacher", "teacher_fingerprint", "temperature", "alpha")}})
+    kept = ("teacher", "teacher_fingerprint", "temperature", "alpha") + (
+        ("teachers", "teacher_fingerprints") if len(teacher_dirs) > 1 else ())
+    config = config.replace(extra={**config.extra, "albertlm_distillation": {k: record[k] for k in kept}})
     model = load_head(spec, student_dir, config) if student_dir else HEADS[spec.family.head](config)
     unpad = unpadded(run.recipe.unpad, model, device)
     loss_fn, count_fn = (token_distill_objective(settings.temperature, settings.alpha, unpad)
