@@ -543,9 +543,37 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path
               "unlabelled_features": len(extra)}
     held.enter_context(out.claim())
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
-    key = inputs_fingerprint(teachers_fingerprint(prints), run.train_f, run.settings)
+    return train_student(run, teachers, record, student_dir, base, tokenizer, out_dir, settings, device=device,
+                         progress=progress, where=[f"--teacher {t}" for t in teacher_dirs])
+
+
+def train_student(run: TaskRun, teachers: Sequence[nn.Module], record: dict[str, Any], student_dir: Path | None,
+                  base: AlbertConfig, tokenizer, out_dir: Path, settings: DistillSettings, *, device: torch.device,
+                  progress: bool, where: str | Sequence[str] = "--teacher", deadline: float | None = None, eval_s: float = 0.0
+                  ) -> dict[str, Any]:
+    """Distil `teachers` into a student on the run's training features, in the claimed `out_dir`
+    (start_outputs done): the teachers' logits (cached there), the soft targets (their mean for several),
+    the student's head on `student_dir`'s weights (a preset's random ones when None, drawn from the
+    recipe's seed) and train_task with the distillation objective. Training features of the classification
+    families carry `hard_weight` (1 labelled, 0 unlabelled text) already.
+
+    Args:
+        run: the prepared task, the student's recipe resolved.
+        teachers: the fine-tuned teachers in eval mode, on `device`; dropped once their logits are known.
+        record: the run's "distillation" entry (teacher_fingerprints, temperature, alpha, ...).
+        student_dir, base: the student's weights and backbone config.
+        tokenizer: the teachers' and the student's.
+        out_dir, settings, device, progress: as distill's.
+        where: how each teacher is named in an error (a flag and its value).
+        deadline, eval_s: as train_task's.
+    Returns:
+        train_task's results, with "model_dir" (the student) and "distillation".
+    """
+    spec = run.spec
+    teacher_dirs = record["teachers"]
+    key = inputs_fingerprint(teachers_fingerprint(record["teacher_fingerprints"]), run.train_f, run.settings)
     logits, cached = teacher_logits(teachers, spec, run.train_f, key, out_dir / TEACHER_CACHE,
-                                    run.recipe.eval_batch_size, device, where=[f"--teacher {t}" for t in teacher_dirs])
+                                    run.recipe.eval_batch_size, device, where=where)
     del teachers  # the student trains alone
     if len(teacher_dirs) > 1:  # one matrix of rows (a feature, or a token), the teachers side by side
         problem = "single_label_classification" if spec.family.token_level else spec.problem_type
@@ -570,5 +598,6 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path
                          if spec.family.token_level
                          else distill_objective(spec.problem_type, settings.temperature, settings.alpha, unpad))
     return train_task(run, model.to(device).train(), tokenizer, out_dir, loss_fn=loss_fn, count_fn=count_fn,
-                      device=device, progress=progress, name="distill",
-                      record={"model_dir": str(student), "distillation": {**record, "teacher_logits_cached": cached}})
+                      device=device, progress=progress, name="distill", deadline=deadline, eval_s=eval_s,
+                      record={"model_dir": str(record["student"]),
+                              "distillation": {**record, "teacher_logits_cached": cached}})
