@@ -761,3 +761,84 @@ def test_the_recipe_averages_only_the_families_it_names(tmp_path, one_thread, mo
 def test_a_negative_ema_horizon_is_refused():
     with pytest.raises(AlbertlmError, match="ema_intervals must be 0"):
         ScratchRecipe(name="x", ema_intervals=-1.0)
+
+
+# ---------------------------------------------------------------------------- self-distillation
+@pytest.mark.parametrize("task", ["sst-2", "conll2003"])
+def test_self_distillation_trains_a_second_model_taught_by_the_first(task, tmp_path, one_thread, capsys, monkeypatch):
+    """--self-distill on, a budget that holds two rounds: the first model is a whole fine-tuned directory in
+    OUT/teacher, the run's model is a student of it from the same base (seed + 1), and the recorded
+    `albertlm distill` command trains that student again to the same curve and weights."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", SMALL)
+    FAMILIES[task][0](tmp_path, random.Random(11))
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", task, "--data", str(tmp_path), "--out", str(out), "--budget", "0.5",
+                 "--no-progress", "--device", "cpu", "--self-distill", "on"]) == 0
+    captured = capsys.readouterr()
+    results = json.loads((out / "results.json").read_text())
+    s, sd = results["from_scratch"], results["self_distillation"]
+    first = json.loads((out / "teacher" / "results.json").read_text())
+    assert s["self_distill"].startswith("the budget holds two rounds")
+    assert sd["teacher_dir"] == str(out / "teacher") and sd["teacher"]["best"] == first["best"]
+    assert sd["teacher"]["dev_curve"] == first["dev_curve"] and first["recipe"]["seed"] == 0
+    assert results["recipe"]["seed"] == 1 and results["recipe"]["steps"] == first["recipe"]["steps"]
+    assert results["distillation"]["teacher"] == str(out / "teacher") and results["model_dir"] == str(out / "base")
+    config = json.loads((out / "config.json").read_text())
+    assert config["albertlm_distillation"]["teacher"] == str(out / "teacher")
+    assert (out / "teacher" / "model.safetensors").is_file() and (out / "teacher" / "spiece.model").is_file()
+    assert "self-distillation: the budget holds two rounds" in captured.err
+    assert f"distilled from the first model, {out / 'teacher'}: its best dev" in captured.out
+    teacher, student = load_file(out / "teacher" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert not all(torch.equal(teacher[k], student[k]) for k in teacher)  # two models, not one saved twice
+
+    command = s["reproduce_student"]
+    assert command[:2] == ["albertlm", "distill"] and "--seed" in command
+    assert main(command[1:] + ["--out", str(tmp_path / "again"), "--no-progress", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    again = json.loads((tmp_path / "again" / "results.json").read_text())
+    assert again["dev_curve"] == results["dev_curve"]
+    b = load_file(tmp_path / "again" / "model.safetensors")
+    assert student.keys() == b.keys() and all(torch.equal(student[k], b[k]) for k in student)
+
+
+def test_self_distillation_is_skipped_where_the_budget_holds_one_round(tmp_path, one_thread, capsys, monkeypatch):
+    """A plan the budget limits fills it: no second round, one model in OUT, the reason on the terminal and
+    in results.json."""
+    monkeypatch.setattr(scratch, "DEFAULT_RECIPE", dataclasses.replace(SMALL, epochs=100000.0))
+    monkeypatch.setattr(scratch, "probe", lambda *args: (0.05, 0.05))
+    write_sst(tmp_path, random.Random(3))
+    out = tmp_path / "out"
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--out", str(out), "--budget", "0.1",
+                 "--no-progress", "--device", "cpu", "--self-distill", "on"]) == 0
+    err = capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["from_scratch"]["plan"]["limited_by"] == "budget"
+    assert results["from_scratch"]["self_distill"].startswith("skipped: the budget holds one round")
+    assert "self_distillation" not in results and "distillation" not in results and not (out / "teacher").exists()
+    assert "self-distillation: skipped: the budget holds one round of this plan" in err
+
+
+def test_self_distillation_names_why_a_run_cannot_have_it():
+    from types import SimpleNamespace
+
+    recipe = dataclasses.replace(SMALL, self_distill=True)
+    plan = plan_steps(recipe, budget_s=600, spent_s=1, step_s=0.01, eval_s=0.01, train_features=100, batch_size=10)
+
+    def run(task, **changes):
+        return SimpleNamespace(spec=get_task(task), recipe=dataclasses.replace(SMALL.finetune, seed=0, **changes),
+                               train_f=[0] * 100, dev_f=[0] * 10)
+
+    assert scratch.second_round(recipe, plan, run("sst-2"), scratch.TaskHead())[0]
+    assert scratch.second_round(SMALL, plan, run("sst-2"), scratch.TaskHead()) == (False, "off")
+    assert "early-exit" in scratch.second_round(recipe, plan, run("sst-2", early_exit=True), scratch.TaskHead())[1]
+    assert "--mlm-weight" in scratch.second_round(recipe, plan, run("sst-2", mlm_weight=0.1), scratch.TaskHead())[1]
+    assert "sentence embedder" in scratch.second_round(recipe, plan, run("sts-b"), scratch.ScratchTarget())[1]
+    with pytest.raises(AlbertlmError, match="self_distill_temperature must lie in"):
+        dataclasses.replace(SMALL, self_distill_temperature=0.0)
+    with pytest.raises(AlbertlmError, match="self_distill_alpha in"):
+        dataclasses.replace(SMALL, self_distill_alpha=1.5)
+
+
+def test_self_distill_with_a_model_is_refused(tmp_path, capsys):
+    assert main(["finetune", "--task", "sst-2", "--data", str(tmp_path), "--model", "m", "--self-distill", "on"]) == 2
+    assert "--self-distill trains a second model in a run without --model" in one_line(capsys.readouterr().err)

@@ -48,6 +48,10 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", metavar="NAME", default=None, help="without --model: the architecture trained from "
                    "random weights (`albertlm params` lists them; albert-small has about 2.5x albert-tiny's compute a "
                    f"token). Default: the recipe's, {presets}")
+    p.add_argument("--self-distill", choices=("on", "off"), default=None, help="without --model: where the budget "
+                   "holds the plan twice, train the model, then a second one from the same start taught by the first "
+                   "(its distribution at T 2, half and half with the labels); the second is the result, the first "
+                   f"stays in OUT/teacher (default: {'on' if DEFAULT_RECIPE.self_distill else 'off'})")
     p.add_argument("--vocab-size", type=int, metavar="N", default=None, help="without --model: pieces asked of the "
                    "task vocabulary (fewer when the text supports fewer; for Chinese at least its distinct characters "
                    "plus 1,000). Default: the recipe's, train/scratch.py")
@@ -107,6 +111,9 @@ def finetune_run(args: argparse.Namespace) -> int:
     if args.vocab_case:
         raise AlbertlmError("--vocab-case sets the vocabulary of a run without --model; with --model the model's "
                             "tokenizer keeps or lower-cases the case as it was trained")
+    if args.self_distill is not None:
+        raise AlbertlmError("--self-distill trains a second model in a run without --model; with --model, distil a "
+                            "fine-tuned run with albertlm distill --teacher DIR")
     if args.unlabelled:
         raise AlbertlmError("--unlabelled feeds the word vectors of a run without --model; with --model, pretrain "
                             "on that text first (albertlm pretrain --corpus SPEC) and fine-tune the result")
@@ -173,6 +180,8 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
         recipe = recipe.with_preset(args.preset)
     if args.vocab_case:
         recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
+    if args.self_distill is not None:
+        recipe = dataclasses.replace(recipe, self_distill=args.self_distill == "on")
     _one_line_warnings()
     out = args.out or f"runs/finetune-{spec.name}"
     budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget

@@ -15,7 +15,10 @@
   4. probes: a few real training steps and one dev evaluation of the task's head, built as the run
      builds it, on the run's features, timed, on a copy that is then dropped;
   5. fine-tunes (train/finetune.py: the best dev checkpoint, the dev curve) for as many steps as
-     the rest of the budget holds at the probe's pace (`plan_steps`), at most `epochs` passes.
+     the rest of the budget holds at the probe's pace (`plan_steps`), at most `epochs` passes;
+  6. with `self_distill`, where the budget holds that plan twice (`second_round`), the first model goes
+     to OUT/teacher and a second one, from the same base, learns from it and the labels
+     (`distil_second`, train/distill.py's objective) and is the run's model.
 
 OUT is claimed once for the whole run (outputs.py, as command "finetune": it holds a fine-tuned
 model directory, plus base/); a rerun into an earlier output starts over and removes that output's
@@ -55,6 +58,8 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import load_vocabulary, train_tokenizer
+from albertlm.train.distill import (SOFT_TERMS, TEMPERATURE_RANGE, DistillSettings, load_teacher, teacher_fingerprint,
+                                    train_student)
 from albertlm.train.finetune import (DevScorer, FinetuneRecipe, TaskRun, batcher, check_head_options, head_scorer,
                                      new_head, prepare_task, start_outputs, step_settings, task_objective,
                                      task_optimizer, train_task)
@@ -65,7 +70,10 @@ from albertlm.utils import atomic_write_text
 BASE = "base"
 """OUT's subdirectory with the vocabulary and the random-init model the run started from."""
 
-SCRATCH_FILES = FINETUNE_FILES + (BASE,)
+TEACHER = "teacher"
+"""OUT's subdirectory with the first model, when a second one is distilled from it (self_distill)."""
+
+SCRATCH_FILES = FINETUNE_FILES + (BASE, TEACHER)
 """What a run without a pretrained model writes into OUT."""
 
 DEFAULT_BUDGET_MINUTES = 40.0
@@ -148,6 +156,17 @@ class ScratchRecipe:
     unlabelled_max_texts: int = 500_000
     """With unlabelled text (--unlabelled): the most of its sentences read, the first ones; bounds the
     memory and seconds of the word vectors (their co-occurrence pairs grow with the pieces read)."""
+    self_distill: bool = False
+    """Where the budget holds the plan twice over (and the first model's logits on the training set), train
+    the model, then a second one from the same base and plan, seed + 1, taught by the first
+    (train/distill.py's objective at self_distill_temperature and self_distill_alpha): the second is the
+    run's model, the first stays in OUT/teacher. Where the budget holds one round, the run trains one model
+    and says so. Task heads of the classification and NER families only (not sentence embedders, not
+    early exit, not the joint objective)."""
+    self_distill_temperature: float = 2.0
+    """With self_distill: the distillation temperature T."""
+    self_distill_alpha: float = 0.5
+    """With self_distill: the weight of the teacher's term (1 - alpha weighs the labels')."""
 
     def __post_init__(self) -> None:
         from albertlm.config import PRESETS
@@ -184,6 +203,10 @@ class ScratchRecipe:
             families = getattr(self, name)
             if not isinstance(families, tuple) or any(f not in SUPPORTED for f in families):
                 raise AlbertlmError(f"{name} must be a tuple of {', '.join(SUPPORTED)}, got {families!r}")
+        low, high = TEMPERATURE_RANGE
+        if not (low <= self.self_distill_temperature <= high and 0 <= self.self_distill_alpha <= 1):
+            raise AlbertlmError(f"self_distill_temperature must lie in [{low:g}, {high:g}] and self_distill_alpha in "
+                                f"[0, 1], got {self.self_distill_temperature:g} and {self.self_distill_alpha:g}")
         if self.label_vectors and not self.word_vectors:
             raise AlbertlmError("label_vectors starts coordinates of the word vectors: it needs word_vectors")
         if self.ema_intervals < 0:
@@ -376,6 +399,10 @@ class ScratchTarget:
         """Write what the run adds to OUT after training (on `device`); returns its entries for results.json."""
         return {}
 
+    def distillable(self, run: TaskRun) -> str | None:
+        """None where a second model can be distilled from the first (ScratchRecipe.self_distill), else why not."""
+        return "a sentence embedder has no class distribution to teach"
+
 
 class TaskHead(ScratchTarget):
     """The task's own head and loss (train/finetune.py), scored by the task's metric; the classification
@@ -395,6 +422,16 @@ class TaskHead(ScratchTarget):
 
     def baseline(self, run: TaskRun, dev: None, chinese: bool) -> tuple[dict[str, Any] | None, str | None]:
         return run_baselines(run.spec, run.train_ex, run.dev_ex, chinese)
+
+    def distillable(self, run: TaskRun) -> str | None:
+        spec, r = run.spec, run.recipe
+        if not spec.family.token_level and spec.problem_type not in SOFT_TERMS:
+            return f"task {spec.name} has no soft target to distil"
+        if r.early_exit:
+            return "--early-exit trains exit heads, which distillation does not"
+        if r.mlm_weight:
+            return "--mlm-weight trains a joint objective, which distillation does not"
+        return None
 
     def build(self, run: TaskRun, dev: None, base_dir: Path, base: AlbertConfig, tokenizer, device: torch.device
               ) -> Trainable:
@@ -717,18 +754,88 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
               "plan": dataclasses.asdict(plan),
               "reproduce": ["albertlm", "finetune", "--task", spec.name, "--model", str(base_dir), "--data",
                             str(data_dir), *target.flags(run)]}
-    start_outputs(out.path, {"task": spec.name, **target.records(), **dataclasses.asdict(run.recipe),
-                             "from_scratch": record})
-    results = train_task(run, built.model, tokenizer, out.path, loss_fn=built.loss_fn, count_fn=built.count_fn,
+    second, why = second_round(recipe, plan, run, target)
+    record["self_distill"] = why
+    if recipe.self_distill:
+        log(f"self-distillation: {why}")
+    first_dir = out.path / TEACHER if second else out.path
+    first_dir.mkdir(exist_ok=True)
+    start_outputs(first_dir, {"task": spec.name, **target.records(), **dataclasses.asdict(run.recipe),
+                              "from_scratch": record})
+    deadline = start + budget_s * (1 - recipe.reserve / 2)
+    results = train_task(run, built.model, tokenizer, first_dir, loss_fn=built.loss_fn, count_fn=built.count_fn,
                          device=device, progress=progress, name=target.name,
                          record={"model_dir": str(base_dir), **target.records()}, trained=built.trained,
-                         scorer=built.scorer, deadline=start + budget_s * (1 - recipe.reserve / 2), eval_s=plan.eval_s)
-    stage("train_s", t)
+                         scorer=built.scorer, deadline=deadline, eval_s=plan.eval_s)
+    t = stage("train_s", t)
+    if second:
+        del built
+        first = results
+        results = distil_second(spec, data_dir, run, first_dir, base_dir, base, tokenizer, out.path, recipe, record,
+                                device=device, progress=progress, deadline=deadline, eval_s=plan.eval_s)
+        results["self_distillation"] = {"teacher_dir": str(first_dir), "teacher": {
+            k: first.get(k) for k in ("best", "best_step", "last", "steps", "dev_curve", "stopped_by", "train_seconds",
+                                      "trained_weights")}}
+        log(f"self-distillation: the first model's best dev {results['main_metric']} "
+            f"{100 * first['best'].get(results['main_metric'], float('nan')):.2f}, its student's "
+            f"{100 * results['best'].get(results['main_metric'], float('nan')):.2f} (the run's model; the first is in "
+            f"{first_dir})")
+        stage("student_s", t)
     results.update(target.finish(out.path, run, device))
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
     atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
     return results
+
+
+def second_round(recipe: ScratchRecipe, plan: Plan, run: TaskRun, target: ScratchTarget) -> tuple[bool, str]:
+    """(whether the run distils a second model from its first, the log line's reason): with
+    recipe.self_distill, where the target can (ScratchTarget.distillable) and the budget less its reserve
+    holds the plan's training twice plus the first model's pass over the training set, estimated from a
+    dev evaluation's seconds per dev feature."""
+    if not recipe.self_distill:
+        return False, "off"
+    cannot = target.distillable(run)
+    if cannot is not None:
+        return False, f"skipped: {cannot}"
+    round_s = plan.planned_s - plan.spent_s
+    logits_s = plan.eval_s * len(run.train_f) / max(1, len(run.dev_f))
+    need, left = plan.planned_s + round_s + logits_s, plan.budget_s * (1 - recipe.reserve)
+    if need > left:
+        return False, (f"skipped: the budget holds one round of this plan ({need / 60:.1f} min needed for two, "
+                       f"{left / 60:.1f} planned at most); a larger --budget trains a second model taught by the first")
+    return True, (f"the budget holds two rounds ({need / 60:.1f} of {left / 60:.1f} min): the first model trains "
+                  f"into {TEACHER}/, then a second from the same base (seed {run.recipe.seed + 1}) learns from it and "
+                  f"the labels (T {recipe.self_distill_temperature:g}, alpha {recipe.self_distill_alpha:g})")
+
+
+def distil_second(spec: TaskSpec, data_dir: str | Path, run: TaskRun, teacher_dir: Path, base_dir: Path,
+                  base: AlbertConfig, tokenizer, out_dir: Path, recipe: ScratchRecipe, record: dict[str, Any], *,
+                  device: torch.device, progress: bool, deadline: float, eval_s: float) -> dict[str, Any]:
+    """The second round of a self-distilling run: the first model's best checkpoint (`teacher_dir`)
+    teaches a student started from the same base with the same plan and seed + 1, trained into `out_dir`,
+    as `albertlm distill --teacher OUT/teacher --student OUT/base` with the recorded flags trains it
+    (record["reproduce_student"]; the same features, drawn again for the student's seed)."""
+    settings = DistillSettings(temperature=recipe.self_distill_temperature, alpha=recipe.self_distill_alpha)
+    teacher, _, _, labels = load_teacher(teacher_dir, spec, device, data_dir)
+    student = prepare_task(spec, data_dir, dataclasses.replace(run.recipe, seed=run.recipe.seed + 1), tokenizer,
+                           base, labels)
+    if not spec.family.token_level:
+        for f in student.train_f:
+            f.inputs["hard_weight"] = np.float32(1.0)
+    fingerprint = teacher_fingerprint(teacher_dir)
+    distillation = {"teacher": str(teacher_dir), "teacher_fingerprint": fingerprint, "teachers": [str(teacher_dir)],
+                    "teacher_fingerprints": [fingerprint], "temperature": settings.temperature,
+                    "alpha": settings.alpha, "student": str(base_dir), "student_layers": None, "student_hidden": None,
+                    "unlabelled": None, "unlabelled_features": 0}
+    record["reproduce_student"] = ["albertlm", "distill", "--teacher", str(teacher_dir), "--student", str(base_dir),
+                                   "--task", spec.name, "--data", str(data_dir), *recipe_flags(student.recipe),
+                                   "--temperature", f"{settings.temperature:g}", "--alpha", f"{settings.alpha:g}"]
+    start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(student.recipe), "distillation": distillation,
+                            "from_scratch": record})
+    return train_student(student, [teacher], distillation, base_dir, base, tokenizer, out_dir, settings,
+                         device=device, progress=progress, where=f"the first model ({teacher_dir})", deadline=deadline,
+                         eval_s=eval_s)
 
 
 # ---------------------------------------------------------------------------- the terminal
@@ -772,6 +879,10 @@ def format_scratch(results: dict[str, Any], objectives: str | None = None, *, ta
     shape = f", a {results['embedding']['objective']} bi-encoder" if "embedding" in results else ""
     lines = [f"{s['recipe']['preset']} from scratch{shape}: dev {metric} {model:.2f}",
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
+    if results.get("self_distillation"):
+        first = results["self_distillation"]["teacher"]
+        lines.insert(1, f"  (distilled from the first model, {results['self_distillation']['teacher_dir']}: its best dev "
+                        f"{metric} {100 * first['best'].get(metric, float('nan')):.2f} at step {first['best_step']:,})")
     if (results.get("trained_weights") or {}).get("best") is not None:
         raw = results["trained_weights"]
         lines.insert(1, f"  (the averaged weights, decay {results['recipe']['ema_decay']:.5g}; the trained weights' "
