@@ -821,7 +821,7 @@ def test_self_distillation_is_skipped_where_the_budget_holds_one_round(tmp_path,
 def test_self_distillation_names_why_a_run_cannot_have_it():
     from types import SimpleNamespace
 
-    recipe = dataclasses.replace(SMALL, self_distill=True)
+    recipe = dataclasses.replace(SMALL, self_distill_families=scratch.SUPPORTED)
     plan = plan_steps(recipe, budget_s=600, spent_s=1, step_s=0.01, eval_s=0.01, train_features=100, batch_size=10)
 
     def run(task, **changes):
@@ -829,10 +829,13 @@ def test_self_distillation_names_why_a_run_cannot_have_it():
                                train_f=[0] * 100, dev_f=[0] * 10)
 
     assert scratch.second_round(recipe, plan, run("sst-2"), scratch.TaskHead())[0]
-    assert scratch.second_round(SMALL, plan, run("sst-2"), scratch.TaskHead()) == (False, "off")
+    assert scratch.second_round(dataclasses.replace(SMALL, self_distill_families=("ner",)), plan, run("sst-2"),
+                                scratch.TaskHead()) == (False, "off")
     assert "early-exit" in scratch.second_round(recipe, plan, run("sst-2", early_exit=True), scratch.TaskHead())[1]
     assert "--mlm-weight" in scratch.second_round(recipe, plan, run("sst-2", mlm_weight=0.1), scratch.TaskHead())[1]
     assert "sentence embedder" in scratch.second_round(recipe, plan, run("sts-b"), scratch.ScratchTarget())[1]
+    with pytest.raises(AlbertlmError, match="self_distill_families must be a tuple of classification, ner"):
+        dataclasses.replace(SMALL, self_distill_families=("regression",))
     with pytest.raises(AlbertlmError, match="self_distill_temperature must lie in"):
         dataclasses.replace(SMALL, self_distill_temperature=0.0)
     with pytest.raises(AlbertlmError, match="self_distill_alpha in"):

@@ -26,6 +26,8 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     presets = "".join(f"{preset} for {kinds.get(family, family)} tasks, " for family, preset
                       in DEFAULT_RECIPE.family_presets) + DEFAULT_RECIPE.preset
     presets += " for the rest" if DEFAULT_RECIPE.family_presets else ""
+    on_for = ("on for " + " and ".join(kinds.get(f, f) for f in DEFAULT_RECIPE.self_distill_families) + " tasks, off "
+              "for the rest" if DEFAULT_RECIPE.self_distill_families else "off")
     p.add_argument("--task", required=True, help="task name, e.g. sst-2, cola, mrpc, sts-b, squad-v1.1, race, "
                    "conll2003, chnsenticorp, tnews, cluener, or a generic one (classification, regression, "
                    "multilabel, ner-conll); `--task list` prints them all with their metrics")
@@ -51,7 +53,7 @@ def finetune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--self-distill", choices=("on", "off"), default=None, help="without --model: where the budget "
                    "holds the plan twice, train the model, then a second one from the same start taught by the first "
                    "(its distribution at T 2, half and half with the labels); the second is the result, the first "
-                   f"stays in OUT/teacher (default: {'on' if DEFAULT_RECIPE.self_distill else 'off'})")
+                   f"stays in OUT/teacher (default: {on_for})")
     p.add_argument("--vocab-size", type=int, metavar="N", default=None, help="without --model: pieces asked of the "
                    "task vocabulary (fewer when the text supports fewer; for Chinese at least its distinct characters "
                    "plus 1,000). Default: the recipe's, train/scratch.py")
@@ -181,7 +183,7 @@ def _finetune_from_scratch(args: argparse.Namespace, given: dict, objective: dic
     if args.vocab_case:
         recipe = dataclasses.replace(recipe, cased_families=SUPPORTED if args.vocab_case == "cased" else ())
     if args.self_distill is not None:
-        recipe = dataclasses.replace(recipe, self_distill=args.self_distill == "on")
+        recipe = dataclasses.replace(recipe, self_distill_families=SUPPORTED if args.self_distill == "on" else ())
     _one_line_warnings()
     out = args.out or f"runs/finetune-{spec.name}"
     budget = DEFAULT_BUDGET_MINUTES if args.budget is None else args.budget

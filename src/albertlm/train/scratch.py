@@ -16,7 +16,7 @@
      builds it, on the run's features, timed, on a copy that is then dropped;
   5. fine-tunes (train/finetune.py: the best dev checkpoint, the dev curve) for as many steps as
      the rest of the budget holds at the probe's pace (`plan_steps`), at most `epochs` passes;
-  6. with `self_distill`, where the budget holds that plan twice (`second_round`), the first model goes
+  6. for a family in `self_distill_families`, where the budget holds that plan twice (`second_round`), the first model goes
      to OUT/teacher and a second one, from the same base, learns from it and the labels
      (`distil_second`, train/distill.py's objective) and is the run's model.
 
@@ -71,7 +71,7 @@ BASE = "base"
 """OUT's subdirectory with the vocabulary and the random-init model the run started from."""
 
 TEACHER = "teacher"
-"""OUT's subdirectory with the first model, when a second one is distilled from it (self_distill)."""
+"""OUT's subdirectory with the first model, when a second one is distilled from it (self_distill_families)."""
 
 SCRATCH_FILES = FINETUNE_FILES + (BASE, TEACHER)
 """What a run without a pretrained model writes into OUT."""
@@ -156,17 +156,17 @@ class ScratchRecipe:
     unlabelled_max_texts: int = 500_000
     """With unlabelled text (--unlabelled): the most of its sentences read, the first ones; bounds the
     memory and seconds of the word vectors (their co-occurrence pairs grow with the pieces read)."""
-    self_distill: bool = False
-    """Where the budget holds the plan twice over (and the first model's logits on the training set), train
-    the model, then a second one from the same base and plan, seed + 1, taught by the first
-    (train/distill.py's objective at self_distill_temperature and self_distill_alpha): the second is the
-    run's model, the first stays in OUT/teacher. Where the budget holds one round, the run trains one model
-    and says so. Task heads of the classification and NER families only (not sentence embedders, not
+    self_distill_families: tuple[str, ...] = ()
+    """Task families (SUPPORTED) whose runs, where the budget holds the plan twice over (and the first
+    model's logits on the training set), train the model, then a second one from the same base and plan,
+    seed + 1, taught by the first (train/distill.py's objective at self_distill_temperature and
+    self_distill_alpha): the second is the run's model, the first stays in OUT/teacher. Where the budget
+    holds one round, the run trains one model and says so. Task heads only (not sentence embedders, not
     early exit, not the joint objective)."""
     self_distill_temperature: float = 2.0
-    """With self_distill: the distillation temperature T."""
+    """With self_distill_families: the distillation temperature T."""
     self_distill_alpha: float = 0.5
-    """With self_distill: the weight of the teacher's term (1 - alpha weighs the labels')."""
+    """With self_distill_families: the weight of the teacher's term (1 - alpha weighs the labels')."""
 
     def __post_init__(self) -> None:
         from albertlm.config import PRESETS
@@ -199,7 +199,7 @@ class ScratchRecipe:
             raise AlbertlmError(f"family_seq_length_max must be (family, length) pairs, each family "
                                 f"({', '.join(SUPPORTED)}) once and each length an integer of at least "
                                 f"seq_length_min ({self.seq_length_min}); got {lengths!r}")
-        for name in ("cased_families", "ema_families"):
+        for name in ("cased_families", "ema_families", "self_distill_families"):
             families = getattr(self, name)
             if not isinstance(families, tuple) or any(f not in SUPPORTED for f in families):
                 raise AlbertlmError(f"{name} must be a tuple of {', '.join(SUPPORTED)}, got {families!r}")
@@ -400,7 +400,7 @@ class ScratchTarget:
         return {}
 
     def distillable(self, run: TaskRun) -> str | None:
-        """None where a second model can be distilled from the first (ScratchRecipe.self_distill), else why not."""
+        """None where a second model can be distilled from the first (ScratchRecipe.self_distill_families), else why not."""
         return "a sentence embedder has no class distribution to teach"
 
 
@@ -756,7 +756,7 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
                             str(data_dir), *target.flags(run)]}
     second, why = second_round(recipe, plan, run, target)
     record["self_distill"] = why
-    if recipe.self_distill:
+    if spec.family.name in recipe.self_distill_families:
         log(f"self-distillation: {why}")
     first_dir = out.path / TEACHER if second else out.path
     first_dir.mkdir(exist_ok=True)
@@ -790,10 +790,11 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
 
 def second_round(recipe: ScratchRecipe, plan: Plan, run: TaskRun, target: ScratchTarget) -> tuple[bool, str]:
     """(whether the run distils a second model from its first, the log line's reason): with
-    recipe.self_distill, where the target can (ScratchTarget.distillable) and the budget less its reserve
+    the task's family in recipe.self_distill_families, where the target can (ScratchTarget.distillable) and
+    the budget less its reserve
     holds the plan's training twice plus the first model's pass over the training set, estimated from a
     dev evaluation's seconds per dev feature."""
-    if not recipe.self_distill:
+    if run.spec.family.name not in recipe.self_distill_families:
         return False, "off"
     cannot = target.distillable(run)
     if cannot is not None:
