@@ -500,7 +500,7 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path
     """distill()'s body, run inside a fork of torch's global generator (it seeds it); the claim of --out is
     entered into `held`, which distill() leaves when the run ends."""
     spec = get_task(task) if isinstance(task, str) else task
-    if not spec.family.token_level and (not spec.family.sets_problem_type or spec.problem_type not in SOFT_TERMS):
+    if not distills(spec):
         raise AlbertlmError(f"task {spec.name}: distillation supports sequence classification, regression and "
                             f"token classification tasks, not the {spec.family.name} family")
     if recipe.early_exit:  # the student's loss is the distillation loss of its last layer only
@@ -529,33 +529,44 @@ def _distill(task: str | TaskSpec, teacher_dir: str | Path | Sequence[str | Path
     run = prepare_task(spec, data_dir, recipe, tokenizer, base.replace(max_position_embeddings=positions), labels)
     extra = unlabelled_features(settings.unlabelled, run, tokenizer) if settings.unlabelled else []
     if not spec.family.token_level:  # tokens: an unlabelled sentence has no tagged position, no weight needed
-        for f in run.train_f:
-            f.inputs["hard_weight"] = np.float32(1.0)
         for f in extra:
-            f.inputs["hard_weight"] = np.float32(0.0)
+            f.inputs["hard_weight"] = np.float32(0.0)  # train_student weighs the labelled ones 1
     run = dataclasses.replace(run, train_f=run.train_f + extra, recipe=recipe.resolve(spec, len(run.train_f) + len(extra)))
 
-    prints = [teacher_fingerprint(t) for t in teacher_dirs]
-    record = {"teacher": str(teacher_dir), "teacher_fingerprint": prints[0], "teachers": [str(t) for t in teacher_dirs],
-              "teacher_fingerprints": prints, "temperature": settings.temperature,
-              "alpha": settings.alpha, "student": str(student), "student_layers": settings.student_layers,
-              "student_hidden": settings.student_hidden, "unlabelled": settings.unlabelled,
-              "unlabelled_features": len(extra)}
+    record = distillation_record(teacher_dirs, student, settings, len(extra))
     held.enter_context(out.claim())
     start_outputs(out_dir, {"task": spec.name, **dataclasses.asdict(run.recipe), "distillation": record})
     return train_student(run, teachers, record, student_dir, base, tokenizer, out_dir, settings, device=device,
                          progress=progress, where=[f"--teacher {t}" for t in teacher_dirs])
 
 
+def distills(spec: TaskSpec) -> bool:
+    """Whether distillation has a soft target for the task: token classification, or a sequence task whose
+    problem type SOFT_TERMS has."""
+    return spec.family.token_level or (spec.family.sets_problem_type and spec.problem_type in SOFT_TERMS)
+
+
+def distillation_record(teacher_dirs: Sequence[str | Path], student: str | Path, settings: DistillSettings,
+                        unlabelled_features: int = 0) -> dict[str, Any]:
+    """A run's "distillation" entry: the teachers and their fingerprints ("teacher" and
+    "teacher_fingerprint" name the first), T, alpha, the student and its overrides, the unlabelled text."""
+    prints = [teacher_fingerprint(t) for t in teacher_dirs]
+    return {"teacher": str(teacher_dirs[0]), "teacher_fingerprint": prints[0],
+            "teachers": [str(t) for t in teacher_dirs], "teacher_fingerprints": prints,
+            "temperature": settings.temperature, "alpha": settings.alpha, "student": str(student),
+            "student_layers": settings.student_layers, "student_hidden": settings.student_hidden,
+            "unlabelled": settings.unlabelled, "unlabelled_features": unlabelled_features}
+
+
 def train_student(run: TaskRun, teachers: Sequence[nn.Module], record: dict[str, Any], student_dir: Path | None,
                   base: AlbertConfig, tokenizer, out_dir: Path, settings: DistillSettings, *, device: torch.device,
-                  progress: bool, where: str | Sequence[str] = "--teacher", deadline: float | None = None, eval_s: float = 0.0
-                  ) -> dict[str, Any]:
+                  progress: bool, where: str | Sequence[str] = "--teacher", deadline: float | None = None,
+                  eval_s: float = 0.0) -> dict[str, Any]:
     """Distil `teachers` into a student on the run's training features, in the claimed `out_dir`
     (start_outputs done): the teachers' logits (cached there), the soft targets (their mean for several),
     the student's head on `student_dir`'s weights (a preset's random ones when None, drawn from the
-    recipe's seed) and train_task with the distillation objective. Training features of the classification
-    families carry `hard_weight` (1 labelled, 0 unlabelled text) already.
+    recipe's seed) and train_task with the distillation objective. A training feature of the classification
+    families without a `hard_weight` (0: unlabelled text, its label term off) gets 1.
 
     Args:
         run: the prepared task, the student's recipe resolved.
@@ -571,6 +582,9 @@ def train_student(run: TaskRun, teachers: Sequence[nn.Module], record: dict[str,
     """
     spec = run.spec
     teacher_dirs = record["teachers"]
+    if not spec.family.token_level:
+        for f in run.train_f:
+            f.inputs.setdefault("hard_weight", np.float32(1.0))
     key = inputs_fingerprint(teachers_fingerprint(record["teacher_fingerprints"]), run.train_f, run.settings)
     logits, cached = teacher_logits(teachers, spec, run.train_f, key, out_dir / TEACHER_CACHE,
                                     run.recipe.eval_batch_size, device, where=where)

@@ -16,9 +16,9 @@
      builds it, on the run's features, timed, on a copy that is then dropped;
   5. fine-tunes (train/finetune.py: the best dev checkpoint, the dev curve) for as many steps as
      the rest of the budget holds at the probe's pace (`plan_steps`), at most `epochs` passes;
-  6. for a family in `self_distill_families`, where the budget holds that plan twice (`second_round`), the first model goes
-     to OUT/teacher and a second one, from the same base, learns from it and the labels
-     (`distil_second`, train/distill.py's objective) and is the run's model.
+  6. for a family in `self_distill_families`, where the budget holds that plan twice (`second_round`),
+     the first model goes to OUT/teacher and a second one, from the same base, learns from it and the
+     labels (`distil_second`, train/distill.py's objective) and is the run's model.
 
 OUT is claimed once for the whole run (outputs.py, as command "finetune": it holds a fine-tuned
 model directory, plus base/); a rerun into an earlier output starts over and removes that output's
@@ -58,7 +58,7 @@ from albertlm.tasks.baselines import (BASELINES, baselines_of, example_texts, he
 from albertlm.tasks.common import find_file
 from albertlm.tasks.registry import TaskSpec, get_task
 from albertlm.tokenizer import load_vocabulary, train_tokenizer
-from albertlm.train.distill import (SOFT_TERMS, TEMPERATURE_RANGE, DistillSettings, load_teacher, teacher_fingerprint,
+from albertlm.train.distill import (TEMPERATURE_RANGE, DistillSettings, distillation_record, distills, load_teacher,
                                     train_student)
 from albertlm.train.finetune import (DevScorer, FinetuneRecipe, TaskRun, batcher, check_head_options, head_scorer,
                                      new_head, prepare_task, start_outputs, step_settings, task_objective,
@@ -400,7 +400,8 @@ class ScratchTarget:
         return {}
 
     def distillable(self, run: TaskRun) -> str | None:
-        """None where a second model can be distilled from the first (ScratchRecipe.self_distill_families), else why not."""
+        """None where a second model can be distilled from the first (ScratchRecipe.self_distill_families), else
+        why not."""
         return "a sentence embedder has no class distribution to teach"
 
 
@@ -425,7 +426,7 @@ class TaskHead(ScratchTarget):
 
     def distillable(self, run: TaskRun) -> str | None:
         spec, r = run.spec, run.recipe
-        if not spec.family.token_level and spec.problem_type not in SOFT_TERMS:
+        if not distills(spec):
             return f"task {spec.name} has no soft target to distil"
         if r.early_exit:
             return "--early-exit trains exit heads, which distillation does not"
@@ -791,9 +792,8 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
 def second_round(recipe: ScratchRecipe, plan: Plan, run: TaskRun, target: ScratchTarget) -> tuple[bool, str]:
     """(whether the run distils a second model from its first, the log line's reason): with
     the task's family in recipe.self_distill_families, where the target can (ScratchTarget.distillable) and
-    the budget less its reserve
-    holds the plan's training twice plus the first model's pass over the training set, estimated from a
-    dev evaluation's seconds per dev feature."""
+    the budget less its reserve holds the plan's training twice plus the first model's pass over the
+    training set, estimated from a dev evaluation's seconds per dev feature."""
     if run.spec.family.name not in recipe.self_distill_families:
         return False, "off"
     cannot = target.distillable(run)
@@ -821,14 +821,7 @@ def distil_second(spec: TaskSpec, data_dir: str | Path, run: TaskRun, teacher_di
     teacher, _, _, labels = load_teacher(teacher_dir, spec, device, data_dir)
     student = prepare_task(spec, data_dir, dataclasses.replace(run.recipe, seed=run.recipe.seed + 1), tokenizer,
                            base, labels)
-    if not spec.family.token_level:
-        for f in student.train_f:
-            f.inputs["hard_weight"] = np.float32(1.0)
-    fingerprint = teacher_fingerprint(teacher_dir)
-    distillation = {"teacher": str(teacher_dir), "teacher_fingerprint": fingerprint, "teachers": [str(teacher_dir)],
-                    "teacher_fingerprints": [fingerprint], "temperature": settings.temperature,
-                    "alpha": settings.alpha, "student": str(base_dir), "student_layers": None, "student_hidden": None,
-                    "unlabelled": None, "unlabelled_features": 0}
+    distillation = distillation_record([teacher_dir], base_dir, settings)
     record["reproduce_student"] = ["albertlm", "distill", "--teacher", str(teacher_dir), "--student", str(base_dir),
                                    "--task", spec.name, "--data", str(data_dir), *recipe_flags(student.recipe),
                                    "--temperature", f"{settings.temperature:g}", "--alpha", f"{settings.alpha:g}"]
@@ -881,9 +874,10 @@ def format_scratch(results: dict[str, Any], objectives: str | None = None, *, ta
     lines = [f"{s['recipe']['preset']} from scratch{shape}: dev {metric} {model:.2f}",
              f"count-based baseline, same split: {describe_baseline(results['baseline'], results['baseline_note'])}"]
     if results.get("self_distillation"):
-        first = results["self_distillation"]["teacher"]
-        lines.insert(1, f"  (distilled from the first model, {results['self_distillation']['teacher_dir']}: its best dev "
-                        f"{metric} {100 * first['best'].get(metric, float('nan')):.2f} at step {first['best_step']:,})")
+        sd = results["self_distillation"]
+        first = sd["teacher"]
+        lines.insert(1, f"  (distilled from the first model, {sd['teacher_dir']}: its best dev {metric} "
+                        f"{100 * first['best'].get(metric, float('nan')):.2f} at step {first['best_step']:,})")
     if (results.get("trained_weights") or {}).get("best") is not None:
         raw = results["trained_weights"]
         lines.insert(1, f"  (the averaged weights, decay {results['recipe']['ema_decay']:.5g}; the trained weights' "
