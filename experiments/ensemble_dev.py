@@ -3,6 +3,10 @@ probabilities) on a split, to measure what averaging runs would give before buil
 
     python -m experiments.ensemble_dev --task sst-2 --data DATA/SST-2 --model runs/a --model runs/b --out ens.json
 
+`--count-member` adds the tf-idf logistic regression of `tasks/baselines.py` (fitted on the training
+split, its settings fixed there) as one more member, to measure what a count-based model adds to an
+ensemble of networks (it needs scikit-learn).
+
 Each model reads the split with its own tokenizer and feature settings (`inference.evaluate.task_inputs`),
 so models of different vocabularies (the no-`--model` command's seeds) average too. Every model must
 name the same classes in the same order.
@@ -32,6 +36,22 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def count_probabilities(t, data_dir: str) -> np.ndarray:
+    """The tf-idf logistic regression's class probabilities for `t`'s examples, columns in `t.labels`' order."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from albertlm.tasks.baselines import _given, bag, is_chinese
+
+    train = t.spec.read(data_dir, "train", False)
+    chinese = is_chinese(train)
+    pipe = make_pipeline(TfidfVectorizer(analyzer=_given), LogisticRegression(C=1.0, max_iter=2000))
+    pipe.fit([bag(e, chinese) for e in train], [e.label for e in train])
+    columns = [list(pipe.classes_).index(label) for label in t.labels]
+    return pipe.predict_proba([bag(e, chinese) for e in t.examples])[:, columns]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.ensemble_dev", description=__doc__.splitlines()[0])
     p.add_argument("--task", required=True)
@@ -39,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", action="append", required=True, metavar="DIR",
                    help="a fine-tuned classifier (twice or more)")
     p.add_argument("--split", default="dev")
+    p.add_argument("--count-member", action="store_true",
+                   help="add the tf-idf logistic regression, fitted on the training split, as a member")
     p.add_argument("--out", help="write the scores there as JSON")
     args = p.parse_args(argv)
     try:
-        if len(args.model) < 2:
+        if len(args.model) + args.count_member < 2:
             raise AlbertlmError("--model: give two or more fine-tuned models to average")
         singles, probs, first = {}, [], None
         for model in args.model:
@@ -57,6 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             check_finite_outputs(outputs, t.spec, model)
             singles[model] = score_outputs(t.spec, t.examples, t.features, outputs, t.labels, t.settings)[0]
             probs.append(probabilities(np.stack(outputs["logits"])))
+        names = list(args.model)
+        if args.count_member:
+            if len(first.features) != len(first.examples):
+                raise AlbertlmError("--count-member: the split's examples and features differ in number")
+            probs.append(count_probabilities(first, args.data))
+            names.append("tfidf_lr")
+            singles["tfidf_lr"] = score_outputs(first.spec, first.examples, first.features,
+                                                {"logits": list(np.log(np.clip(probs[-1], 1e-30, None)))},
+                                                first.labels, first.settings)[0]
 
         def ensemble(members: list[int]) -> dict:
             mean = np.mean([probs[i] for i in members], axis=0)
@@ -64,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return score_outputs(first.spec, first.examples, first.features, {"logits": logits}, first.labels,
                                  first.settings)[0]
 
-        subsets = {" + ".join(args.model[i] for i in members): ensemble(list(members))
-                   for k in range(2, len(args.model) + 1) for members in itertools.combinations(range(len(probs)), k)}
+        subsets = {" + ".join(names[i] for i in members): ensemble(list(members))
+                   for k in range(2, len(probs) + 1) for members in itertools.combinations(range(len(probs)), k)}
     except AlbertlmError as e:
         print(f"ensemble_dev: error: {e}", file=sys.stderr)
         return 2

@@ -75,3 +75,48 @@ def test_an_ensemble_of_classifiers_is_scored_beside_its_members(tmp_path, capsy
     assert len(result["ensembles"]) == 4  # three pairs and the three together
     assert ensemble_dev.main([*args, "--model", models[0]]) == 2
     assert capsys.readouterr().err.strip() == "ensemble_dev: error: --model: give two or more fine-tuned models to average"
+
+
+def test_the_count_member_and_the_count_teacher(tmp_path, capsys):
+    """The tf-idf LR as an ensemble member scores what the baselines score it; a count-taught student
+    trains from a run's base with that run's recipe; out-of-fold targets are probabilities of the run's
+    classes that no fit of the example's own label gave."""
+    import dataclasses
+
+    import numpy as np
+
+    from experiments import count_teacher, ensemble_dev
+    from albertlm.tasks.baselines import score_baselines
+    from albertlm.train import scratch
+
+    write_sst(tmp_path, random.Random(0))
+    small = dataclasses.replace(scratch.DEFAULT_RECIPE, name="test-small", preset="test", family_presets=(),
+                                probe_steps=3)
+    run = tmp_path / "m0"
+    scratch.finetune_from_scratch("sst-2", tmp_path, run, 1.0, small.with_finetune(seed=0), progress=False)
+    capsys.readouterr()
+    spec = get_task("sst-2")
+    train, dev = spec.read(tmp_path, "train", False), spec.read(tmp_path, "dev", False)
+    out = tmp_path / "ens.json"
+    assert ensemble_dev.main(["--task", "sst-2", "--data", str(tmp_path), "--model", str(run), "--count-member",
+                              "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["models"]["tfidf_lr"]["accuracy"] == score_baselines(spec, train, dev)["tfidf_lr"][0]["accuracy"]
+    assert list(result["ensembles"]) == [f"{run} + tfidf_lr"]
+    capsys.readouterr()
+
+    labels = sorted({e.label for e in train})
+    probs = count_teacher.out_of_fold(train, labels, 3, 0)
+    assert probs.shape == (len(train), 2) and np.allclose(probs.sum(1), 1)
+    assert not np.allclose(probs, count_teacher.out_of_fold(train, labels, 3, 1))  # other folds, other fits
+    student = tmp_path / "ct"
+    assert count_teacher.main(["--task", "sst-2", "--data", str(tmp_path), "--run", str(run), "--out",
+                               str(student)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    record = json.loads((student / "results.json").read_text())
+    assert record["best"] == printed["best"] and record["recipe"]["steps"] == json.loads(
+        (run / "results.json").read_text())["recipe"]["steps"]
+    assert record["distillation"]["count_teacher"] == "tfidf_lr out of fold"
+    assert count_teacher.main(["--task", "conll2003", "--data", str(tmp_path), "--run", str(run), "--out",
+                               str(tmp_path / "x")]) == 2
+    assert "single-label classification" in capsys.readouterr().err
