@@ -462,6 +462,7 @@ def test_the_default_recipe_runs_end_to_end(tmp_path, one_thread, capsys):
     printed = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     s = results["from_scratch"]
+    assert "near_floor" in results and results["near_floor"] == scratch.near_floor(results)
     # the recipe as a sentence task runs it: the tagger's preset is not this family's
     assert s["recipe"] == json.loads(json.dumps(dataclasses.asdict(DEFAULT_RECIPE.for_family("classification"))))
     assert json.loads((out / "base" / "config.json").read_text())["hidden_size"] == 312  # albert-tiny
@@ -591,6 +592,32 @@ def test_the_verdict_says_whether_a_longer_budget_could_help(limited_by, improvi
     assert ("best dev score came at step 1,400 of 6,314" in text) == (not improving)
     cap = {"budget": "the budget", "epochs": "the epoch cap", "examples": "the cap on examples seen"}[limited_by]
     assert f"limited by {cap})" in text
+
+
+@pytest.mark.parametrize("accuracy,majority,n,near", [
+    (0.5560, 0.5271, 277, True),  # RTE's dev set: 2.9 points over the majority, one standard error (3.0)
+    (0.6606, 0.6913, 1043, True),  # under the majority
+    (0.5560, 0.5271, 20000, False),  # the same scores on a large dev set: 0.35-point errors
+    (0.8200, 0.5092, 872, False),  # SST-2
+    (0.8200, None, 872, False),  # no majority floor (a tagger's, a regressor's)
+])
+def test_a_score_within_noise_of_the_majority_class_is_said(accuracy, majority, n, near):
+    from albertlm.train.scratch import NOISE_ERRORS, format_scratch, near_floor
+
+    floor = {"name": "majority", "value": majority, "metrics": {"accuracy": majority}} if majority is not None else None
+    results = {"main_metric": "accuracy", "steps": 779, "best": {"accuracy": accuracy}, "model_dir": "OUT/base",
+               "baseline_note": None, "best_step": 156, "improving_at_end": False, "dev_examples": n,
+               "baseline": {"metric": "accuracy", "name": "tfidf_lr", "value": 0.4982, "floor": floor},
+               "from_scratch": {"recipe": {"preset": "albert-tiny"}, "budget_minutes": 40.0,
+                                "stages": {"total_s": 530.0}, "plan": {"steps": 779, "limited_by": "epochs"}}}
+    found = near_floor(results)
+    assert (found is not None) == near
+    text = format_scratch(results)
+    assert ("it has not shown that it learned this task" in text) == near
+    if near:
+        se = (majority * (1 - majority) / n) ** 0.5
+        assert found["standard_error"] == pytest.approx(se) and accuracy - majority < NOISE_ERRORS * se
+        assert f"{NOISE_ERRORS:g} x {100 * se:.2f} points on {n:,} dev examples" in text
 
 
 @pytest.mark.parametrize("tagger,unlabelled", [(True, None), (True, {"specs": ["more.txt"]}), (False, None)])

@@ -785,6 +785,7 @@ def _from_scratch(target: ScratchTarget, spec: TaskSpec, data_dir: str | Path, o
     results.update(target.finish(out.path, run, device))
     stages["total_s"] = round(time.perf_counter() - start, 3)
     results.update(from_scratch={**record, "stages": stages}, baseline=baseline, baseline_note=note)
+    results["near_floor"] = near_floor(results)
     atomic_write_text(out.path / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -858,6 +859,32 @@ def baseline_wins(results: dict[str, Any]) -> bool:
             and baseline["value"] > results["best"].get(results["main_metric"], float("-inf")))
 
 
+NOISE_ERRORS = 2.0
+"""How many standard errors of the majority class's dev accuracy a model's must clear to count as above it."""
+
+
+def near_floor(results: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether a classifier's best dev accuracy lies within NOISE_ERRORS standard errors of the majority
+    class's on the same dev examples: a small dev set where the model has not shown it learned the task
+    (the best of several evaluations, so its score leans high).
+
+    The standard error is that of the majority's accuracy p on the n dev examples, sqrt(p (1 - p) / n):
+    how far a model with nothing learned strays from p by chance. Tasks without an accuracy (regression,
+    NER) or without a majority floor give None.
+
+    Returns:
+        {"accuracy", "majority", "standard_error", "dev_examples"} when within, else None.
+    """
+    floor = ((results.get("baseline") or {}).get("floor") or {}).get("metrics", {}).get("accuracy")
+    model, n = results["best"].get("accuracy"), results.get("dev_examples")
+    if floor is None or model is None or not n:
+        return None
+    se = math.sqrt(floor * (1.0 - floor) / n)
+    if model - floor >= NOISE_ERRORS * se:
+        return None
+    return {"accuracy": model, "majority": floor, "standard_error": se, "dev_examples": n}
+
+
 def format_scratch(results: dict[str, Any], objectives: str | None = None, *, tagger: bool = False) -> str:
     """The lines printed after fine-tuning's table: the baseline beside the model's dev score, the budget.
 
@@ -896,6 +923,12 @@ def format_scratch(results: dict[str, Any], objectives: str | None = None, *, ta
         if objectives and "embedding" not in results:
             lines.append(f"for sentence vectors of these pairs, a bi-encoder from the same start may do better: "
                          f"the same command with {objectives} (docs/transfer.md)")
+    near = near_floor(results)
+    if near is not None:
+        lines.append(f"the model's dev accuracy {100 * near['accuracy']:.2f} is less than {NOISE_ERRORS:g} standard errors "
+                     f"({NOISE_ERRORS:g} x {100 * near['standard_error']:.2f} points on {near['dev_examples']:,} dev "
+                     f"examples) above the majority class's {100 * near['majority']:.2f}: it has not shown that it learned "
+                     "this task (a random start rarely does on a few thousand labels; a pretrained --model may)")
     if tagger and not s.get("unlabelled"):
         lines.append("a tagger's word vectors may also read unlabelled text of the language: the same command with "
                      "--unlabelled FILE (on CoNLL-2003, 140k sentences of other English text gave +1.8 F1 over 3 "
