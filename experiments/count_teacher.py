@@ -34,20 +34,16 @@ from albertlm.train.loop import unpadded
 
 def out_of_fold(train: list, labels: list[str], folds: int, seed: int) -> np.ndarray:
     """[N, C] tf-idf LR probabilities of every training example from the model fitted without its fold."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
-    from sklearn.pipeline import make_pipeline
 
-    from albertlm.tasks.baselines import _given, bag, is_chinese
+    from albertlm.tasks.baselines import bag, is_chinese, tfidf_lr
 
     chinese = is_chinese(train)
     docs = [bag(e, chinese) for e in train]
     y = np.array([e.label for e in train])
     probs = np.zeros((len(train), len(labels)))
     for fit, held in StratifiedKFold(folds, shuffle=True, random_state=seed).split(docs, y):
-        pipe = make_pipeline(TfidfVectorizer(analyzer=_given), LogisticRegression(C=1.0, max_iter=2000))
-        pipe.fit([docs[i] for i in fit], y[fit])
+        pipe = tfidf_lr().fit([docs[i] for i in fit], y[fit])
         columns = [list(pipe.classes_).index(label) for label in labels]
         probs[held] = pipe.predict_proba([docs[i] for i in held])[:, columns]
     return probs

@@ -38,16 +38,11 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
 
 def count_probabilities(t, data_dir: str) -> np.ndarray:
     """The tf-idf logistic regression's class probabilities for `t`'s examples, columns in `t.labels`' order."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-
-    from albertlm.tasks.baselines import _given, bag, is_chinese
+    from albertlm.tasks.baselines import bag, is_chinese, tfidf_lr
 
     train = t.spec.read(data_dir, "train", False)
     chinese = is_chinese(train)
-    pipe = make_pipeline(TfidfVectorizer(analyzer=_given), LogisticRegression(C=1.0, max_iter=2000))
-    pipe.fit([bag(e, chinese) for e in train], [e.label for e in train])
+    pipe = tfidf_lr().fit([bag(e, chinese) for e in train], [e.label for e in train])
     columns = [list(pipe.classes_).index(label) for label in t.labels]
     return pipe.predict_proba([bag(e, chinese) for e in t.examples])[:, columns]
 
@@ -85,15 +80,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise AlbertlmError("--count-member: the split's examples and features differ in number")
             probs.append(count_probabilities(first, args.data))
             names.append("tfidf_lr")
-            singles["tfidf_lr"] = score_outputs(first.spec, first.examples, first.features,
-                                                {"logits": list(np.log(np.clip(probs[-1], 1e-30, None)))},
-                                                first.labels, first.settings)[0]
 
         def ensemble(members: list[int]) -> dict:
             mean = np.mean([probs[i] for i in members], axis=0)
             logits = [row for row in np.log(np.clip(mean, 1e-30, None)).astype(np.float32)]
             return score_outputs(first.spec, first.examples, first.features, {"logits": logits}, first.labels,
                                  first.settings)[0]
+
+        if args.count_member:  # scored alone as a one-member ensemble: its probabilities are all it has
+            singles["tfidf_lr"] = ensemble([len(probs) - 1])
 
         subsets = {" + ".join(names[i] for i in members): ensemble(list(members))
                    for k in range(2, len(probs) + 1) for members in itertools.combinations(range(len(probs)), k)}
