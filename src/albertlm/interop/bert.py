@@ -31,6 +31,9 @@ the conversion's notes). Refused in one line: configs of other model types (RoBE
 start at padding_idx + 1, ELECTRA's embeddings are narrower, ...), relative position embeddings,
 decoders, and an MLM decoder that is not tied to the word table (ALBERT always ties it).
 Old checkpoints' `LayerNorm.gamma` / `LayerNorm.beta` are read as weight / bias, as transformers does.
+A missing or mis-shaped tensor is refused before the renaming, naming the key as the BERT file has it
+(`check_bert_weights`, which reads the table backwards with `bert_key`, against the shapes of
+`interop.hf.tensor_shapes`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 import torch
 
-from albertlm.config import AlbertConfig
+from albertlm.config import AlbertConfig, shape_note
 from albertlm.errors import AlbertlmError
 
 BERT_MODEL_TYPES = ("bert",)
@@ -105,6 +108,9 @@ def albert_config_from_bert(data: Mapping[str, Any], source: str = "config.json"
         AlbertlmError: one line naming the file and the key, for anything ALBERT cannot compute.
     """
     model_type = data.get("model_type")
+    if model_type == "albert":
+        raise AlbertlmError(f"{source}: model_type 'albert': already an ALBERT checkpoint, which albertlm reads as "
+                            "it is; there is no BERT to import (convert it without --from bert)")
     if model_type not in BERT_MODEL_TYPES:
         raise AlbertlmError(f"{source}: model_type {model_type!r} is not BERT; albertlm imports BERT checkpoints "
                             f"(model_type {', '.join(map(repr, BERT_MODEL_TYPES))}) only")
@@ -124,6 +130,10 @@ def albert_config_from_bert(data: Mapping[str, Any], source: str = "config.json"
     fields.setdefault("vocab_size", 30522)
     fields.setdefault("num_attention_heads", 12)
     fields.setdefault("intermediate_size", 3072)
+    if isinstance(data.get("classifier_dropout"), (int, float)) and not isinstance(data["classifier_dropout"], bool):
+        fields["classifier_dropout_prob"] = data["classifier_dropout"]  # BERT's null means hidden_dropout_prob
+    else:
+        fields["classifier_dropout_prob"] = fields["hidden_dropout_prob"]
     if "id2label" in fields and isinstance(fields["id2label"], dict):
         fields["num_labels"] = len(fields["id2label"])
     # ALBERT reads bos/eos as [CLS]/[SEP]; BERT configs rarely carry them: the vocabulary sets them later.
@@ -226,3 +236,73 @@ def _rename(rel: str) -> str | None:
         if rel == theirs or (theirs.endswith(".") and rel.startswith(theirs) and rel[len(theirs):] in ("weight", "bias")):
             return ours + rel[len(theirs):] if theirs.endswith(".") else ours
     return None
+
+
+_ALBERT_LAYER = re.compile(r"encoder\.albert_layer_groups\.(\d+)\.albert_layers\.0\.(.+)")
+_NOT_FROM_BERT = ("encoder.embedding_hidden_mapping_in.", "sop_classifier.")
+"""transformers' ALBERT tensors no BERT tensor becomes: the identity projection (added) and the SOP head."""
+
+
+def bert_key(albert_key: str, prefix: str = "bert.") -> str | None:
+    """The BERT name an ALBERT tensor is read from: the table read backwards, for messages that name the
+    user's file. None for the tensors BERT has none of (`_NOT_FROM_BERT`).
+
+    Args:
+        albert_key: a transformers ALBERT name, under `albert.` or bare (an AlbertModel's).
+        prefix: the BERT file's backbone prefix: "bert." (any head class) or "" (a bare BertModel).
+    """
+    rel = albert_key.removeprefix("albert.")
+    if rel.startswith(_NOT_FROM_BERT) or albert_key.startswith(_NOT_FROM_BERT):
+        return None
+    if rel.startswith("embeddings."):
+        return prefix + rel
+    if rel.startswith("pooler."):
+        return f"{prefix}pooler.dense.{rel[len('pooler.'):]}"
+    match = _ALBERT_LAYER.fullmatch(rel)
+    if match:
+        index, rest = match.groups()
+        for theirs, ours in _LAYER_PARTS.items():
+            if rest.startswith(ours):
+                return f"{prefix}encoder.layer.{index}.{theirs}{rest[len(ours):]}"
+        return None
+    for theirs, ours in _HEADS.items():
+        if albert_key == ours or (ours.endswith(".") and albert_key.startswith(ours)):
+            return theirs + albert_key[len(ours):]
+    return None
+
+
+def check_bert_weights(bert_state_dict: Mapping[str, torch.Tensor], config: AlbertConfig, arch: str,
+                       pooler: bool, source: str = "state dict") -> None:
+    """Every tensor an import as `arch` reads is in the BERT file, with the shape the config implies.
+
+    Checked before anything is renamed, so that a refusal names the key as the file has it (old
+    files' `LayerNorm.gamma` included) rather than its ALBERT name.
+
+    Args:
+        bert_state_dict: {BERT name: tensor}.
+        config: the ALBERT config `albert_config_from_bert` gave.
+        arch: the ALBERT class the import writes (a key of `interop.hf.ARCHITECTURES`).
+        pooler: whether the pooler is read (False: the class has none, or the file has none and the
+            import says the pooler starts untrained).
+        source: the file name the messages cite.
+    Raises:
+        AlbertlmError: one line naming the file and the first key missing or mis-shaped.
+    """
+    from albertlm.interop.hf import tensor_shapes
+
+    names = {_legacy_norm_name(k): k for k in bert_state_dict}
+    prefix = "bert." if any(k.startswith("bert.") for k in names) else ""
+    for albert_name, shape in tensor_shapes(config, arch, pooler).items():
+        name = bert_key(albert_name, prefix)
+        if name == "cls.predictions.bias" and name not in names:
+            name = "cls.predictions.decoder.bias"  # older files keep the MLM bias under the decoder only
+        if name is None:
+            continue
+        if name not in names:
+            raise AlbertlmError(f"{source}: missing key {name}; an import as {arch} (config.json's "
+                                f"architectures) needs it")
+        found = tuple(bert_state_dict[names[name]].shape)
+        if found != tuple(shape):
+            note = shape_note(shape, found).replace("embedding_size=", "hidden_size=")  # E is H here
+            raise AlbertlmError(f"{source}: {names[name]} has shape {list(found)}, config.json implies "
+                                f"{list(shape)}{note.replace('embedding_width=', 'hidden_size=')}")

@@ -150,6 +150,14 @@ def _rows(config: AlbertConfig, arch: str, pooler: bool) -> tuple[list[Row], lis
     return required, [r for r, p in zip(backbone, is_pooler) if p] + spec.heads(config)
 
 
+def tensor_shapes(config: AlbertConfig, arch: str = "AlbertForPreTraining",
+                  pooler: bool = True) -> dict[str, tuple[int, ...]]:
+    """{transformers name: shape} of every tensor a file of `arch` holds under `config` (its pooler and
+    heads included, the tied decoder not): what an importer of another layout checks its file against."""
+    required, optional = _rows(config, arch, pooler)
+    return {name: row.shape for row in required + optional for name in row.hf}
+
+
 def key_table(config: AlbertConfig, arch: str = "AlbertForPreTraining",
               pooler: bool = True) -> list[tuple[str, list[str]]]:
     """The two-way key table of one model class.
