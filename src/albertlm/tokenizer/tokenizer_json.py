@@ -11,6 +11,9 @@ Word starts (whole-word masking): a piece starts a word when it begins with Sent
 (a Unigram or BPE model) or does not begin with the continuation prefix (a WordPiece model, "##").
 There is no Chinese mode (no jieba word starts). Bracketed entries of a WordPiece file ([unused7])
 are reserved ids, as in wordpiece.py, and so is any id the file leaves unused.
+
+`bert_wordpiece` reads a WordPiece file the other way, as transformers' BertTokenizer does: its
+entries with tokenizer_config.json's settings, as a `WordPieceTokenizer` (what a BERT import uses).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import numpy as np
 
 from albertlm.errors import AlbertlmError
 from albertlm.tokenizer.base import CONFIG_FILE, PieceVocabulary, read_config
-from albertlm.tokenizer.wordpiece import _RESERVED_RE
+from albertlm.tokenizer.wordpiece import _RESERVED_RE, WordPieceTokenizer, _read_config
 from albertlm.vocab import SpecialIds
 
 JSON_FILE = "tokenizer.json"
+GAP_ENTRY = "[unused_gap{}]"
+"""The entry `bert_wordpiece` puts at an id a tokenizer.json leaves unused (bracketed: no text gives it)."""
 _META = "\u2581"  # SentencePiece's word-boundary mark "▁"
 _NAMES = {"pad": ("<pad>", "[PAD]"), "unk": ("<unk>", "[UNK]"), "cls": ("[CLS]",), "sep": ("[SEP]",),
           "mask": ("[MASK]",)}
@@ -177,3 +182,39 @@ class TokenizerJsonVocabulary(PieceVocabulary):
         ids = self._checked_ids(ids)
         return self._tok.decode([i for i in ids if not (skip_special_tokens and i in self._specials)],
                                 skip_special_tokens=False)
+
+
+def bert_wordpiece(path: str | os.PathLike, **kwargs) -> WordPieceTokenizer:
+    """A directory's WordPiece tokenizer.json read as transformers' BertTokenizer reads it: the file's
+    entries, with tokenizer_config.json's settings as `WordPieceTokenizer.load` reads them (do_lower_case
+    true unless it says otherwise), whatever the file's own normaliser says: BertTokenizer rebuilds the
+    normaliser from those settings (transformers 4's fast tokenizer and 5's alike). This class, by
+    contrast, runs the file's pipeline as it is.
+
+    An id the file leaves unused (a vocab.txt line repeated further down, converted) becomes a
+    bracketed entry (GAP_ENTRY) that no text produces, so that every id keeps its row.
+
+    Args:
+        path: the directory.
+        **kwargs: for the WordPieceTokenizer constructor (parse_special_tokens, ...).
+    Raises:
+        AlbertlmError: no tokenizer.json, one that cannot be read, or one whose model is not WordPiece.
+    """
+    from tokenizers import Tokenizer as Pipeline
+
+    json_file, config_file = Path(path) / JSON_FILE, Path(path) / CONFIG_FILE
+    try:
+        text = json_file.read_text(encoding="utf-8")
+        model_type = (json.loads(text).get("model") or {}).get("type")
+        vocab = Pipeline.from_str(text).get_vocab(with_added_tokens=True)  # {piece: id}
+    except OSError as exc:
+        raise AlbertlmError(f"{json_file}: cannot read ({exc.strerror or exc})") from None
+    except Exception as exc:  # noqa: BLE001 - UnicodeDecodeError, JSONDecodeError, the Rust parser's Exception
+        raise AlbertlmError(f"{json_file}: not a tokenizers file ({str(exc).splitlines()[0]})") from None
+    if model_type != "WordPiece" or not vocab:
+        raise AlbertlmError(f"{json_file}: its model is {model_type!r}, not a WordPiece vocabulary")
+    pieces = [GAP_ENTRY.format(i) for i in range(max(vocab.values()) + 1)]
+    for piece, i in vocab.items():
+        pieces[i] = piece
+    options = _read_config(config_file) if config_file.is_file() else {}
+    return WordPieceTokenizer(pieces, source=str(json_file), **{**options, **kwargs})
