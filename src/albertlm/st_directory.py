@@ -23,12 +23,16 @@ Pooling keys every sentence-transformers release reads (`sentence_transformers.m
 form), and do_lower_case false: lower-casing is the tokenizer's own setting. ALBERT's tanh pooler has
 no sentence-transformers module, so pooling "pooler" is refused; so are modules other than these
 three (a Dense projection, say), and pooling modes other than cls, mean and max.
+`convert --from bert` (convert_bert.py) reads a sentence-transformers directory of a BERT with the
+same reader (its `read_config` reads the BERT's config.json as the ALBERT that computes it) and
+writes the imported one's module files with `write_modules`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,11 +85,15 @@ def is_sentence_transformers(path: str | os.PathLike) -> bool:
 
 
 # ---------------------------------------------------------------------------- reading
-def read_sentence_transformers(path: str | os.PathLike) -> SentenceTransformersLayout:
+def read_sentence_transformers(path: str | os.PathLike,
+                               read_config: Callable[[Path], AlbertConfig] = AlbertConfig.from_json_file
+                               ) -> SentenceTransformersLayout:
     """Read a sentence-transformers directory's modules: Transformer (an ALBERT), Pooling, [Normalize].
 
     Args:
         path: the directory (with modules.json).
+        read_config: reads the Transformer's config.json as the ALBERT that computes it (the default
+            takes ALBERT configs only; `convert --from bert` passes one that reads a BERT's).
     Returns:
         Its SentenceTransformersLayout.
     Raises:
@@ -100,7 +108,7 @@ def read_sentence_transformers(path: str | os.PathLike) -> SentenceTransformersL
         raise AlbertlmError(f"{modules_file}: holds the modules {', '.join(kinds) or '(none)'}; albertlm reads "
                             "Transformer, Pooling and an optional Normalize, in that order")
     model_dir = _module_dir(path, modules_file, modules[0])
-    config = AlbertConfig.from_json_file(model_dir / "config.json")  # model_type albert, or one line
+    config = read_config(model_dir / "config.json")  # model_type albert (by default), or one line
     pooling = _read_pooling(_module_dir(path, modules_file, modules[1]) / "config.json", config.hidden_size)
     settings = _transformer_settings(model_dir)
     return SentenceTransformersLayout(model_dir=model_dir, pooling=pooling, normalize=len(kinds) == 3,
@@ -225,7 +233,7 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
     if not transformers_can_load(config):
         raise AlbertlmError(f"{source}: sharing={config.sharing!r}, embedding_layout={config.embedding_layout!r}: "
                             "transformers, and so sentence-transformers, cannot express this network")
-    length = _export_length(config, max_seq_length)
+    length = export_length(config, max_seq_length)
     vocabulary = load_model_vocabulary(source)
     names, _ = weight_names(source)
     pooler = bool({"pooler.weight", "albert.pooler.weight"} & names)
@@ -241,7 +249,7 @@ def write_sentence_transformers(model_dir: str | os.PathLike, out_dir: str | os.
         model.save_pretrained(out.path)
         vocabulary.save(out.path)
         report = _write_onnx(model.eval(), out.path / ONNX_DIR, int8, dynamo) if onnx else None
-        _write_modules(out.path, config.hidden_size, pooling, normalize, length)
+        write_modules(out.path, config.hidden_size, pooling, normalize, length)
         files = sorted(p.name for p in out.path.iterdir() if not p.name.startswith("."))
     return {"out_dir": str(out.path), "pooling": pooling, "normalize": normalize, "max_seq_length": length,
             "files": files, "onnx": report}
@@ -258,7 +266,9 @@ def _write_onnx(model, onnx_dir: Path, int8: bool, dynamo: bool) -> dict:
     return report
 
 
-def _export_length(config: AlbertConfig, max_seq_length: int | None) -> int:
+def export_length(config: AlbertConfig, max_seq_length: int | None) -> int:
+    """The max_seq_length a written directory states: the one asked for, checked against the positions,
+    else the model's max_position_embeddings, at most 512."""
     if max_seq_length is None:
         return min(512, config.max_position_embeddings)
     if not 2 <= max_seq_length <= config.max_position_embeddings:
@@ -267,15 +277,29 @@ def _export_length(config: AlbertConfig, max_seq_length: int | None) -> int:
     return max_seq_length
 
 
-def _write_modules(out: Path, hidden_size: int, pooling: str, normalize: bool, max_seq_length: int) -> None:
-    """The module files of the layout; modules.json, which makes the directory a sentence-transformers
-    one, last."""
+def write_modules(out: Path, hidden_size: int, pooling: str, normalize: bool, max_seq_length: int, *,
+                  do_lower_case: bool = False, settings: dict | None = None) -> None:
+    """The module files of the layout beside a model and tokenizer already in `out`; modules.json,
+    which makes the directory a sentence-transformers one, last.
+
+    Args:
+        out: the directory.
+        hidden_size: the Transformer's width (the Pooling module's).
+        pooling: one of ST_POOLINGS.
+        normalize: add the Normalize module.
+        max_seq_length: tokens per text, [CLS] and [SEP] included.
+        do_lower_case: the Transformer lower-cases the text before its tokenizer (a source's setting,
+            carried by `convert --from bert`; the export writes False).
+        settings: `prompts`, `default_prompt_name` and `similarity_fn_name` to keep from a source's
+            config_sentence_transformers.json (default: none, none, cosine).
+    """
     def dump(path: Path, data) -> None:
         atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
-    dump(out / TRANSFORMER_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": False})
+    dump(out / TRANSFORMER_CONFIG_FILE, {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case})
+    kept = {k: v for k, v in (settings or {}).items() if k in ("prompts", "default_prompt_name", "similarity_fn_name")}
     dump(out / ST_CONFIG_FILE, {"model_type": "SentenceTransformer", "prompts": {}, "default_prompt_name": None,
-                                "similarity_fn_name": "cosine"})
+                                "similarity_fn_name": "cosine", **kept})
     (out / POOLING_DIR).mkdir()
     dump(out / POOLING_DIR / "config.json", {"word_embedding_dimension": hidden_size,
                                              **{key: mode == pooling for mode, key in _LEGACY_FLAGS.items()},
