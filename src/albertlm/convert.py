@@ -1,9 +1,13 @@
-"""Whole checkpoints between formats: TF1 (Google's layout, albert_zh's, TF-Hub) and Hugging Face directories.
+"""Whole checkpoints between formats: TF1 (Google's layout, albert_zh's, TF-Hub) and Hugging Face directories,
+and BERT imported as ALBERT.
 
 `convert(src, dst, to="hf")` detects what SRC is (`detect_source`), loads it into our
 AlbertForPreTraining through the key tables of `interop/tf.py` or `interop/hf.py`, and writes a
 complete directory: config.json + model.safetensors + the tokenizer files (`to="hf"`), or a TF1
-checkpoint in Google's layout + albert_config.json + the vocabulary (`to="tf"`). DST is an
+checkpoint in Google's layout + albert_config.json + the vocabulary (`to="tf"`). A BERT (a
+transformers directory, or a sentence-transformers one of a BERT; `source_format="bert"`, or found
+by its model_type) is read by `convert_bert.read_bert` and written as an ALBERT directory of the
+class it maps to (a sentence-transformers one for a sentence-transformers SRC). DST is an
 `outputs.OutputDir` claimed by "convert": a new or empty DST is built inside itself and filled in
 place; an earlier conversion (`force`) is replaced as a whole by one built in a temporary sibling
 (`utils.replace_directory`); a directory holding anything convert does not write is refused.
@@ -30,6 +34,7 @@ from albertlm.interop.hf import CONFIG_NAME, PYTORCH_NAME, SAFETENSORS_INDEX_NAM
 from albertlm.model import AlbertForPreTraining
 from albertlm.outputs import MODEL_FILES, OUT_MARKER, OutputDir
 from albertlm.rundir import LOCK, OWNER, RunLock
+from albertlm.st_directory import MODULES_FILE, NORMALIZE_DIR, POOLING_DIR, ST_CONFIG_FILE, TRANSFORMER_CONFIG_FILE
 from albertlm.tokenizer import CONFIG_FILE, MODEL_FILE, VOCAB_FILE
 from albertlm.utils import (atomic_write_bytes, atomic_write_text, fsync_directory, os_error_naming,
                             replace_directory)
@@ -44,9 +49,14 @@ WORDPIECE_NAMES = (VOCAB_FILE, "vocab_chinese.txt")
 STAGING_PREFIX = ".albertlm-convert."
 """The directory a new or empty DST's conversion is built in, inside DST (a mount point's parent
 may be another file system, or not writable)."""
+CONVERT_DIRS = (POOLING_DIR, NORMALIZE_DIR)
+"""The directories convert writes into DST (a sentence-transformers BERT's modules)."""
 CONVERT_FILES = MODEL_FILES + (f"{TF_PREFIX_NAME}.index", f"{TF_PREFIX_NAME}.data-*-of-*", "checkpoint",
-                               TF_CONFIG_NAME, f"{STAGING_PREFIX}*.tmp")
-"""The names convert writes into DST (either direction); a DST holding anything else is refused."""
+                               TF_CONFIG_NAME, f"{STAGING_PREFIX}*.tmp", MODULES_FILE, ST_CONFIG_FILE,
+                               TRANSFORMER_CONFIG_FILE, *CONVERT_DIRS)
+"""The names convert writes into DST (any direction); a DST holding anything else is refused."""
+SOURCE_FORMATS = ("auto", "tf", "hf", "bert")
+"""What SRC may be said to be (`--from`): auto detects it; bert is a BERT to import as ALBERT."""
 _BOOKKEEPING = {OUT_MARKER, LOCK, OWNER}
 
 
@@ -78,7 +88,7 @@ class ConvertSummary:
     parameters: int
     """Distinct parameters of the converted model."""
     tensors: int
-    """Tensors read from the source (TF variables, or our parameters for an HF source)."""
+    """Tensors read from the source (TF variables, a BERT file's tensors, or our parameters for an HF source)."""
     skipped: dict[str, int]
     """Source variables left out, by kind (adam_m, adam_v, global_step)."""
     dst: Path
@@ -302,22 +312,38 @@ def hf_tokenizer(vocabulary: Path, google: bool = False):
 
 # ---------------------------------------------------------------------------- the conversion
 def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, force: bool = False,
-            config: str | os.PathLike | None = None) -> ConvertSummary:
-    """Convert one checkpoint into a complete directory of the other format.
+            config: str | os.PathLike | None = None, source_format: str = "auto") -> ConvertSummary:
+    """Convert one checkpoint into a complete directory of the other format, or import a BERT as ALBERT.
 
     Args:
-        src: see `detect_source`.
+        src: see `detect_source`, or a BERT directory (`convert_bert`).
         dst: the directory to write; new, empty, or (with `force`) an earlier conversion, which is
             replaced as a whole. A directory holding anything convert does not write is refused.
-        to: "hf" (config.json, model.safetensors, tokenizer files) or "tf" (Google's TF1 layout).
+        to: "hf" (config.json, model.safetensors, tokenizer files) or "tf" (Google's TF1 layout; not
+            for a BERT, which is written as a Hugging Face ALBERT directory).
         force: replace an earlier conversion at `dst`.
         config: a TF config file for a TF source that has none beside it (TF-Hub exports).
+        source_format: one of SOURCE_FORMATS; "auto" reads a directory whose config.json says
+            model_type "bert" as a BERT.
     Returns:
         ConvertSummary.
     """
+    from albertlm.convert_bert import is_bert_source
+
     if to not in ("hf", "tf"):
         raise AlbertlmError(f"--to must be hf or tf, got {to!r}")
+    if source_format not in SOURCE_FORMATS:
+        raise AlbertlmError(f"--from must be one of {', '.join(SOURCE_FORMATS)}, got {source_format!r}")
+    if source_format == "bert" or (source_format == "auto" and is_bert_source(src)):
+        if config is not None:
+            raise AlbertlmError(f"--config {config}: for a TF source without a config file; a BERT's is its "
+                                "config.json")
+        return _convert_bert(src, dst, to, force)
     source = detect_source(src)
+    if source_format != "auto" and source.kind != source_format:
+        kinds = {"hf": "a Hugging Face directory", "tf": "a TF1 checkpoint"}
+        raise AlbertlmError(f"{src}: {kinds[source.kind]}, not {kinds[source_format]} (--from {source_format}); "
+                            "leave --from out to detect it")
     out = _output_dir(dst, [("SRC", src), *(("SRC", f) for f in source.folders), ("--config", config)], force)
     dst = out.path
     if source.kind == "hf":
@@ -355,6 +381,28 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, to: str = "hf", *, f
     return summary
 
 
+def _convert_bert(src: str | os.PathLike, dst: str | os.PathLike, to: str, force: bool) -> ConvertSummary:
+    """A BERT (`convert_bert.read_bert`) written as an ALBERT directory: DST claimed and staged as for
+    any conversion, the model through save_pretrained, a sentence-transformers SRC's modules beside it."""
+    from albertlm.convert_bert import read_bert
+
+    if to != "hf":
+        raise AlbertlmError(f"--to {to}: a BERT is imported as a Hugging Face ALBERT directory; convert that "
+                            "directory with --to tf afterwards (a pretraining model's)")
+    out = _output_dir(dst, [("SRC", src)], force)
+    bert = read_bert(src)  # everything checked before DST is touched
+    summary = ConvertSummary(bert.description, describe(bert.model.config, bert.arch), bert.model.num_parameters(),
+                             bert.tensors, {}, out.path, [], bert.notes)
+    with _Staging(out) as tmp:
+        _write_hf(bert.model, tmp, bert.tokenizer, summary.notes)
+        bert.write_modules(tmp)
+        summary.files = sorted(p.name for p in tmp.iterdir() if p.name not in _BOOKKEEPING)
+    if bert.tokenizer is None:
+        summary.notes.append("no vocabulary (vocab.txt, tokenizer.json) in the source: add the tokenizer files "
+                             "yourself")
+    return summary
+
+
 def _output_dir(dst: str | os.PathLike, inputs: list, force: bool) -> OutputDir:
     """DST checked before any work: `OutputDir`'s rules, then an earlier conversion only with `force`,
     and no directory where convert writes a file (replacing DST would delete what it holds)."""
@@ -368,7 +416,7 @@ def _output_dir(dst: str | os.PathLike, inputs: list, force: bool) -> OutputDir:
                             "whole, which cannot be done to a mount point: remove its files (convert then fills "
                             "it in place) or choose another DST")
     for name in held:
-        if (out.path / name).is_dir() and not (out.path / name).is_symlink():
+        if name not in CONVERT_DIRS and (out.path / name).is_dir() and not (out.path / name).is_symlink():
             raise AlbertlmError(f"{out.path / name}: a directory where convert writes a file (DST is replaced "
                                 "as a whole); nothing was changed: move it away or choose another DST")
     return out
@@ -377,8 +425,9 @@ def _output_dir(dst: str | os.PathLike, inputs: list, force: bool) -> OutputDir:
 def _write_hf(model: AlbertForPreTraining, tmp: Path, tok, notes: list[str]) -> list[str]:
     from albertlm.interop.hf import transformers_can_load
     from albertlm.tokenizer import WordPieceTokenizer
+    from albertlm.tokenizer.tokenizer_json import TokenizerJsonVocabulary
 
-    if isinstance(tok, WordPieceTokenizer):  # config.json's pad/bos/eos from the vocabulary
+    if isinstance(tok, (WordPieceTokenizer, TokenizerJsonVocabulary)):  # config.json's pad/bos/eos from the vocabulary
         ids = tok.special_ids
         model.config = model.config.replace(pad_token_id=ids.pad, bos_token_id=ids.cls, eos_token_id=ids.sep)
     model.save_pretrained(tmp)
@@ -403,10 +452,10 @@ def _move_in(tmp: Path, dst: Path) -> None:
     os.rmdir(tmp)
 
 
-def describe(config: AlbertConfig) -> str:
-    """One line naming the network's shape."""
+def describe(config: AlbertConfig, arch: str = "AlbertForPreTraining") -> str:
+    """One line naming the network's class and shape."""
     layout = "" if config.embedding_layout == "albert" else f", embedding_layout {config.embedding_layout}"
-    return (f"AlbertForPreTraining L={config.num_hidden_layers} H={config.hidden_size} "
+    return (f"{arch} L={config.num_hidden_layers} H={config.hidden_size} "
             f"E={config.embedding_size} V={config.vocab_size} heads={config.num_attention_heads} "
             f"I={config.intermediate_size}, sharing {config.sharing} ({config.num_hidden_groups} group(s) x "
             f"{config.inner_group_num} inner){layout}")
