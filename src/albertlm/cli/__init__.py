@@ -12,7 +12,7 @@ import errno
 import sys
 from collections.abc import Callable
 
-from albertlm.cli import checkpoints, distill, embed, export, pretraining, serve, tasks
+from albertlm.cli import checkpoints, compress, distill, embed, export, pretraining, serve, tasks
 from albertlm.cli.pretraining import pretrain_recipe
 from albertlm.errors import AlbertlmError
 
@@ -46,8 +46,12 @@ COMMANDS: dict[str, Command] = {
     "report": ("reproduce the paper's findings at small scale (parameters, speed, embedding size, sharing, SOP vs "
                "NSP, smoothness) as DIR/report.md with figures: albertlm report --quick --out DIR",
                pretraining.report_args, pretraining.report_run),
-    "convert": ("convert a checkpoint: Google's TF1 / TF-Hub / albert_zh to a Hugging Face directory, or back "
-                "with --to tf: albertlm convert model.ckpt-best OUT", checkpoints.convert_args, checkpoints.convert_run),
+    "convert": ("convert a checkpoint: Google's TF1 / TF-Hub / albert_zh or any BERT (transformers or "
+                "sentence-transformers) to a Hugging Face ALBERT directory, or back with --to tf: albertlm convert "
+                "model.ckpt-best OUT", checkpoints.convert_args, checkpoints.convert_run),
+    "compress": ("make a pretrained BERT small in ALBERT's shapes (factorized embedding, shared layers, pruned FFN), "
+                 "distilled on unlabelled text within --budget minutes: albertlm compress BERT_DIR --out DIR",
+                 compress.compress_args, compress.compress_run),
     "export": ("export a model directory to ONNX (each shared tensor stored once; --pooling for sentence vectors; "
                "--int8 for onnxruntime int8), a sentence-transformers directory or a Triton model repository: "
                "albertlm export --format onnx DIR model.onnx", export.export_args, export.export_run),
