@@ -63,17 +63,18 @@ class CompressRecipe:
     first of them), random"""
     ffn_size: int | None = None
     """prune the FFN to this many neurons per block, the most active ones (none: keep the teacher's)"""
-    objective: Objective = "hidden"
-    """hidden (every layer's hidden states), last (the last layer's), pooled (hidden + mean-pooled cosine)"""
+    objective: Objective = "pooled"
+    """pooled (every layer's hidden states + the mean-pooled vectors' cosine), hidden (the hidden states alone),
+    last (the last layer's hidden states)"""
     budget: float = 60.0
     """minutes of distillation (the plan of steps is fitted to it after timing the first steps)"""
     steps: int | None = None
     """distil for exactly this many steps instead of fitting them to --budget"""
-    batch_size: int = 64
+    batch_size: int = 32
     """examples per step"""
     max_seq_length: int = 128
     """longest example in pieces, [CLS] and [SEP] included"""
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-3
     """AdamW's peak learning rate (linear warmup, then linear decay to zero)"""
     warmup_fraction: float = 0.05
     """share of the steps spent warming up"""

@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from albertlm.config import AlbertConfig
+from albertlm.config import AlbertConfig, read_json_file
 from albertlm.convert_bert import is_bert_source, read_bert
 from albertlm.errors import AlbertlmError
 from albertlm.interop.hf import CONFIG_NAME
 from albertlm.model import AlbertModel
 from albertlm.st_directory import (ST_CONFIG_FILE, SentenceTransformersLayout, export_length, is_sentence_transformers,
                                    read_sentence_transformers, write_modules)
-from albertlm.config import read_json_file
 
 
 @dataclasses.dataclass
@@ -66,8 +65,8 @@ def load_teacher(src: str | Path) -> Teacher:
         if imported.tokenizer is None:
             raise AlbertlmError(f"SRC {path}: no tokenizer (vocab.txt or tokenizer.json); compress needs the "
                                 "teacher's to read its text")
-        model = imported.model if isinstance(imported.model, AlbertModel) else imported.model.albert
-        return Teacher(_backbone(model), imported.tokenizer, imported.description, imported.layout,
+        model = imported.model if isinstance(imported.model, AlbertModel) else imported.model.albert  # a head's backbone
+        return Teacher(model.eval(), imported.tokenizer, imported.description, imported.layout,
                        imported.settings)
     layout = read_sentence_transformers(path) if is_sentence_transformers(path) else None
     model_dir = layout.model_dir if layout is not None else path
@@ -78,8 +77,3 @@ def load_teacher(src: str | Path) -> Teacher:
     settings = read_json_file(path / ST_CONFIG_FILE) if layout is not None and (path / ST_CONFIG_FILE).is_file() else {}
     kind = "sentence-transformers directory of an ALBERT" if layout is not None else "ALBERT directory"
     return Teacher(model.eval(), vocabulary, kind, layout, settings if isinstance(settings, dict) else {})
-
-
-def _backbone(model: AlbertModel) -> AlbertModel:
-    """The backbone alone, in eval mode (a head class's `albert` shares its tensors)."""
-    return model.eval()
