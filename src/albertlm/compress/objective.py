@@ -40,6 +40,19 @@ def mean_pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
+def squared_error(states, target, keep: torch.Tensor) -> torch.Tensor:
+    """Squared error of matched hidden states, summed over the real tokens (`keep` [B, S], True = token)
+    and averaged over the hidden width and the layers matched."""
+    pairs = list(zip(states, target))
+    H = pairs[-1][0].shape[-1]
+    return sum(((s - t)[keep].float() ** 2).sum() for s, t in pairs) / (len(pairs) * H)
+
+
+def pooled_cosine(student_last: torch.Tensor, teacher_last: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The cosine between the two models' mean-pooled sentence vectors, one per sentence [B]."""
+    return F.cosine_similarity(mean_pool(student_last, mask).float(), mean_pool(teacher_last, mask).float(), dim=-1)
+
+
 def _states(model: nn.Module, batch: Batch, unpad: bool) -> tuple[torch.Tensor, ...]:
     out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                 output_hidden_states=True, unpad=unpad)
@@ -62,15 +75,12 @@ def distill_loss(objective: str, teacher: nn.Module, unpad: bool = True) -> tupl
         if len(states) != len(target):
             raise AlbertlmError(f"the student runs {len(states) - 1} layer applications and the teacher "
                                 f"{len(target) - 1}; they must match")
-        pairs = list(zip(states, target))[-1:] if objective == "last" else list(zip(states, target))
-        keep = batch["attention_mask"].bool()  # [B, S]
-        H = states[-1].shape[-1]
-        se = sum(((s - t)[keep].float() ** 2).sum() for s, t in pairs) / (len(pairs) * H)  # summed over tokens
+        matched = slice(-1, None) if objective == "last" else slice(None)
+        se = squared_error(states[matched], target[matched], batch["attention_mask"].bool())  # summed over tokens
         loss = se / max(totals["tokens"], 1.0)
         metrics = {"hidden_se": float(se.detach())}
         if objective == "pooled":
-            mask = batch["attention_mask"]
-            cos = F.cosine_similarity(mean_pool(states[-1], mask).float(), mean_pool(target[-1], mask).float(), dim=-1)
+            cos = pooled_cosine(states[-1], target[-1], batch["attention_mask"])
             loss = loss + (1.0 - cos).sum() / max(totals["sentences"], 1.0)
             metrics["cosine"] = float(cos.detach().sum())
         return loss, metrics

@@ -27,7 +27,7 @@ import torch
 
 from albertlm.checkpoint import load_checkpoint, remove_stale_temporaries, resume_checkpoint, save_checkpoint
 from albertlm.compress import surgery
-from albertlm.compress.objective import Objective, distill_loss, mean_pool
+from albertlm.compress.objective import Objective, distill_loss, pooled_cosine, squared_error
 from albertlm.compress.surgery import ShareInit
 from albertlm.compress.text import Text, batches_of, encode, examples, skip
 from albertlm.config import AlbertConfig
@@ -114,7 +114,12 @@ class CompressRecipe:
 
 
 def lr_at(step: int, base: float, warmup: int, total: int) -> float:
-    """Linear warmup over `warmup` steps, then linear decay to zero at `total`."""
+    """Linear warmup over `warmup` steps, then linear decay to zero at `total`.
+
+    Not `albertlm.optim.lr_at` (the official schedule, which pretraining and fine-tuning follow): that
+    one's first update runs at lr 0 and its decay counts from step 0, under the warmup. Here the first
+    update already learns and the decay spans the steps after the warmup; the measured recipes in
+    docs/compress.md ran with this one."""
     if step < warmup:
         return base * (step + 1) / warmup
     return base * max(0.0, (total - step) / max(1, total - warmup))
@@ -149,14 +154,12 @@ def evaluate(student: AlbertModel, teacher: AlbertModel, batches: list[dict[str,
         s = student(*args, output_hidden_states=True, unpad=True).hidden_states
         t = teacher(*args, output_hidden_states=True, unpad=True).hidden_states
         keep = batch["attention_mask"].bool()
-        se += float(sum(((a - b)[keep] ** 2).sum() for a, b in zip(s, t))) / len(s)
+        se += float(squared_error(s, t, keep))
         tokens += float(keep.sum())
-        mask = batch["attention_mask"]
-        cos += float(torch.cosine_similarity(mean_pool(s[-1], mask), mean_pool(t[-1], mask), dim=-1).sum())
+        cos += float(pooled_cosine(s[-1], t[-1], batch["attention_mask"]).sum())
         sentences += batch["input_ids"].shape[0]
     student.train(was_training)
-    H = student.config.hidden_size
-    return {"hidden_mse": se / max(tokens * H, 1.0), "pooled_cosine": cos / max(sentences, 1.0)}
+    return {"hidden_mse": se / max(tokens, 1.0), "pooled_cosine": cos / max(sentences, 1.0)}
 
 
 def _optimizer(model: AlbertModel, recipe: CompressRecipe) -> torch.optim.Optimizer:
