@@ -15,6 +15,11 @@ Two stages, each writing one results file (benchmarks/harness.py's envelope):
     python -m experiments.compress_study distilled --data DATA --model DIR [--model DIR ...] \
         --out experiments/results/compress/distilled.json
         the same score for directories `albertlm compress` wrote, with what their compress.json records
+    python -m experiments.compress_study finetune --data DATA --model NAME=DIR [--model NAME=DIR ...] \
+        --tasks sst-2,mrpc --seeds 0,1,2 --runs runs/c/ft --out experiments/results/compress/finetune.json
+        `albertlm finetune --task T --model DIR` for every model, task and seed, with one recipe for every
+        task (FINETUNE_ARGS, or --finetune-args); each run's results.json is read back (a finished run is
+        not run again) and its best dev main metric reported with the exact command
 
 The teacher is any directory `albertlm compress` takes (all-MiniLM-L6-v2 in docs/compress.md).
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -109,6 +116,51 @@ def distilled(args) -> dict:
     return {"rows": rows}
 
 
+FINETUNE_ARGS = "--epochs 3 --lr 5e-5 --batch-size 32 --max-seq-length 128"
+"""The one fine-tuning recipe of the study, for every task and model (no per-task tuning)."""
+
+
+def finetune(args) -> dict:
+    rows: dict[str, dict] = {}
+    data, runs = Path(args.data), Path(args.runs)
+    for spec in args.model:
+        name, sep, model = spec.partition("=")
+        if not sep or not name or not model:
+            raise AlbertlmError(f"--model {spec!r}: expected NAME=DIR")
+        for task in args.tasks.split(","):
+            if task not in FOLDERS:
+                raise AlbertlmError(f"--tasks: unknown task {task!r} (one of {', '.join(FOLDERS)})")
+            scores = []
+            for seed in (int(s) for s in args.seeds.split(",")):
+                out = runs / f"{name}-{task}-{seed}"
+                command = ["albertlm", "finetune", "--task", task, "--model", model, "--data", str(data / FOLDERS[task]),
+                           "--out", str(out), "--seed", str(seed), "--no-progress", *shlex.split(args.finetune_args)]
+                done = out / "results.json"
+                if not done.exists():
+                    print("+", shlex.join(command), file=sys.stderr, flush=True)
+                    if subprocess.run(command).returncode != 0:
+                        raise AlbertlmError(f"{shlex.join(command)} failed")
+                result = json.loads(done.read_text())
+                metric = result["main_metric"]
+                scores.append({"seed": seed, "metric": metric, "value": round(100 * result["best"][metric], 2),
+                               "best": result["best"], "steps": result["steps"], "best_step": result["best_step"],
+                               "train_seconds": round(result["train_seconds"], 1), "command": shlex.join(command)})
+                print(name, task, seed, metric, scores[-1]["value"], file=sys.stderr, flush=True)
+            values = [r["value"] for r in scores]
+            rows[f"{name}/{task}"] = {"model": name, "model_dir": model, "task": task, "metric": scores[0]["metric"],
+                                      "mean": round(sum(values) / len(values), 2), "runs": scores}
+    return {"finetune_args": args.finetune_args, "rows": rows}
+
+
+def render_finetune(result: dict) -> str:
+    lines = [f"compress study ({result['date']}): `{result['command']}`", "",
+             "| model | task | metric | mean | seeds |", "|---|---|---|---:|---|"]
+    for row in result["results"]["rows"].values():
+        seeds = ", ".join(f"{r['value']:.2f}" for r in row["runs"])
+        lines.append(f"| {row['model']} | {row['task']} | {row['metric']} | {row['mean']:.2f} | {seeds} |")
+    return "\n".join(lines)
+
+
 def render(result: dict) -> str:
     lines = [f"compress study ({result['date']}): `{result['command']}`", "", "| model | parameters | STS-B dev Spearman |",
              "|---|---:|---:|"]
@@ -129,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--embedding-size", type=int, default=128)
     d = sub.add_parser("distilled")
     d.add_argument("--model", action="append", required=True)
-    for q in (u, d):
+    f = sub.add_parser("finetune")
+    f.add_argument("--model", action="append", required=True, help="NAME=DIR (repeat)")
+    f.add_argument("--tasks", default="sst-2,mrpc,rte,cola,sts-b,conll2003")
+    f.add_argument("--seeds", default="0")
+    f.add_argument("--runs", required=True, help="where the fine-tuning runs go")
+    f.add_argument("--finetune-args", default=FINETUNE_ARGS)
+    for q in (u, d, f):
         q.add_argument("--data", default=str(SHARED))
         q.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -141,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             print(json.dumps({"lines": len(lines), "by_task": counts}))
             return 0
-        results = untrained(args) if args.stage == "untrained" else distilled(args)
+        stages = {"untrained": untrained, "distilled": distilled, "finetune": finetune}
+        results = stages[args.stage](args)
     except AlbertlmError as exc:
         print(f"compress_study: error: {exc}", file=sys.stderr)
         return 2
-    publish(envelope("experiments.compress_study", argv, results, started=started), args.out, render)
+    publish(envelope("experiments.compress_study", argv, results, started=started), args.out,
+            render_finetune if args.stage == "finetune" else render)
     return 0
 
 
