@@ -18,8 +18,8 @@ Two stages, each writing one results file (benchmarks/harness.py's envelope):
     python -m experiments.compress_study finetune --data DATA --model NAME=DIR [--model NAME=DIR ...] \
         --tasks sst-2,mrpc --seeds 0,1,2 --runs runs/c/ft --out experiments/results/compress/finetune.json
         `albertlm finetune --task T --model DIR` for every model, task and seed, with one recipe for every
-        task (FINETUNE_ARGS, or --finetune-args); each run's results.json is read back (a finished run is
-        not run again) and its best dev main metric reported with the exact command
+        task (FINETUNE_ARGS, or --finetune-args); each run's results.json is read back (a finished run of the same
+        command is not run again; another command's is refused) and its best dev main metric reported with the exact command
 
 The teacher is any directory `albertlm compress` takes (all-MiniLM-L6-v2 in docs/compress.md).
 """
@@ -135,11 +135,14 @@ def finetune(args) -> dict:
                 out = runs / f"{name}-{task}-{seed}"
                 command = ["albertlm", "finetune", "--task", task, "--model", model, "--data", str(data / FOLDERS[task]),
                            "--out", str(out), "--seed", str(seed), "--no-progress", *shlex.split(args.finetune_args)]
-                done = out / "results.json"
-                if not done.exists():
+                done, asked = out / "results.json", out / "study-command.txt"
+                if done.exists() and asked.exists() and asked.read_text() != shlex.join(command):
+                    raise AlbertlmError(f"{out} holds a run of another command ({asked}); choose another --runs")
+                if not (done.exists() and asked.exists()):
                     print("+", shlex.join(command), file=sys.stderr, flush=True)
                     if subprocess.run(command).returncode != 0:
                         raise AlbertlmError(f"{shlex.join(command)} failed")
+                    asked.write_text(shlex.join(command))
                 result = json.loads(done.read_text())
                 metric = result["main_metric"]
                 scores.append({"seed": seed, "metric": metric, "value": round(100 * result["best"][metric], 2),

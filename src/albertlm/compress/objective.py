@@ -53,7 +53,7 @@ def pooled_cosine(student_last: torch.Tensor, teacher_last: torch.Tensor, mask: 
     return F.cosine_similarity(mean_pool(student_last, mask).float(), mean_pool(teacher_last, mask).float(), dim=-1)
 
 
-def _states(model: nn.Module, batch: Batch, unpad: bool) -> tuple[torch.Tensor, ...]:
+def hidden_states(model: nn.Module, batch: Batch, unpad: bool = True) -> tuple[torch.Tensor, ...]:
     out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                 output_hidden_states=True, unpad=unpad)
     return out.hidden_states  # 1 + L of [B, S, H], zeros at padding when unpadded
@@ -70,8 +70,8 @@ def distill_loss(objective: str, teacher: nn.Module, unpad: bool = True) -> tupl
 
     def loss_fn(model: nn.Module, batch: Batch, totals: dict[str, float]):
         with torch.no_grad():
-            target = _states(teacher, batch, unpad)
-        states = _states(model, batch, unpad)
+            target = hidden_states(teacher, batch, unpad)
+        states = hidden_states(model, batch, unpad)
         if len(states) != len(target):
             raise AlbertlmError(f"the student runs {len(states) - 1} layer applications and the teacher "
                                 f"{len(target) - 1}; they must match")

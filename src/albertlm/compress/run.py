@@ -27,7 +27,7 @@ import torch
 
 from albertlm.checkpoint import load_checkpoint, remove_stale_temporaries, resume_checkpoint, save_checkpoint
 from albertlm.compress import surgery
-from albertlm.compress.objective import Objective, distill_loss, pooled_cosine, squared_error
+from albertlm.compress.objective import Objective, distill_loss, hidden_states, pooled_cosine, squared_error
 from albertlm.compress.surgery import ShareInit
 from albertlm.compress.text import Text, batches_of, encode, examples, skip
 from albertlm.config import AlbertConfig
@@ -150,9 +150,7 @@ def evaluate(student: AlbertModel, teacher: AlbertModel, batches: list[dict[str,
     student.eval()
     se = cos = tokens = sentences = 0.0
     for batch in batches:
-        args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        s = student(*args, output_hidden_states=True, unpad=True).hidden_states
-        t = teacher(*args, output_hidden_states=True, unpad=True).hidden_states
+        s, t = hidden_states(student, batch), hidden_states(teacher, batch)
         keep = batch["attention_mask"].bool()
         se += float(squared_error(s, t, keep))
         tokens += float(keep.sum())
